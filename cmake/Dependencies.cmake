@@ -1,0 +1,15 @@
+# Every dependency comes from Debian 12 packages (see scripts/setup.sh).
+find_package(Threads REQUIRED)
+find_package(absl CONFIG REQUIRED)
+find_package(nlohmann_json 3 CONFIG REQUIRED)
+find_package(Protobuf REQUIRED)            # Debian ships no protobuf config file.
+find_package(gRPC CONFIG REQUIRED)
+find_package(prometheus-cpp CONFIG REQUIRED)
+find_package(Gloo CONFIG REQUIRED)
+if(TESSERA_BUILD_TESTS)
+  find_package(GTest CONFIG REQUIRED)
+  include(GoogleTest)
+endif()
+if(TESSERA_BUILD_BENCHMARKS)
+  find_package(benchmark CONFIG REQUIRED)
+endif()

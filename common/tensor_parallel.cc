@@ -1,0 +1,47 @@
+#include "common/tensor_parallel.h"
+
+#include "absl/strings/str_cat.h"
+
+namespace tessera {
+
+Range EvenSplit(int64_t n, int rank, int world) {
+  const int64_t base = n / world, extra = n % world;
+  const int64_t begin = rank * base + std::min<int64_t>(rank, extra);
+  return {begin, begin + base + (rank < extra ? 1 : 0)};
+}
+
+absl::StatusOr<ShardLayout> ShardLayout::Make(const ModelConfig& c, int rank, int world) {
+  if (world <= 0 || rank < 0 || rank >= world) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("invalid tensor-parallel rank ", rank, " of world size ", world));
+  }
+  if (c.num_attention_heads % world != 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("tp=", world, " does not divide num_attention_heads=",
+                     c.num_attention_heads));
+  }
+  if (c.num_key_value_heads % world != 0 && world % c.num_key_value_heads != 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("tp=", world, " and num_key_value_heads=", c.num_key_value_heads,
+                     ": one must divide the other"));
+  }
+  if (c.intermediate_size < world || c.vocab_size < world) {
+    return absl::InvalidArgumentError(absl::StrCat("tp=", world, " is larger than the model"));
+  }
+  ShardLayout s;
+  s.rank = rank;
+  s.world = world;
+  s.q_heads = EvenSplit(c.num_attention_heads, rank, world);
+  if (c.num_key_value_heads >= world) {
+    s.kv_heads = EvenSplit(c.num_key_value_heads, rank, world);
+  } else {
+    const int replicas = world / c.num_key_value_heads;
+    const int64_t head = rank / replicas;
+    s.kv_heads = {head, head + 1};
+  }
+  s.intermediate = EvenSplit(c.intermediate_size, rank, world);
+  s.vocab = EvenSplit(c.vocab_size, rank, world);
+  return s;
+}
+
+}  // namespace tessera

@@ -1,0 +1,30 @@
+#ifndef TESSERA_COMMON_TENSOR_PARALLEL_H_
+#define TESSERA_COMMON_TENSOR_PARALLEL_H_
+
+#include "absl/status/statusor.h"
+#include "common/checkpoint.h"
+#include "common/model_config.h"
+
+namespace tessera {
+
+// Balanced split of [0, n) into `world` parts: the first n % world parts get one more.
+Range EvenSplit(int64_t n, int rank, int world);
+
+// Which part of every weight rank `rank` of a `world`-way tensor-parallel group owns.
+// Query heads split evenly (they must divide); KV heads split when there are at least
+// `world` of them, else each is replicated over world / num_kv_heads ranks. The MLP's
+// intermediate dimension and the vocabulary split unevenly when they must.
+struct ShardLayout {
+  int rank = 0;
+  int world = 1;
+  Range q_heads;   // Query heads of this rank.
+  Range kv_heads;  // KV heads of this rank (global indices).
+  Range intermediate;
+  Range vocab;
+
+  static absl::StatusOr<ShardLayout> Make(const ModelConfig& config, int rank, int world);
+};
+
+}  // namespace tessera
+
+#endif  // TESSERA_COMMON_TENSOR_PARALLEL_H_

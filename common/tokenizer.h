@@ -1,0 +1,42 @@
+#ifndef TESSERA_COMMON_TOKENIZER_H_
+#define TESSERA_COMMON_TOKENIZER_H_
+
+#include <cstdint>
+#include <filesystem>
+#include <memory>
+#include <string>
+#include "absl/strings/string_view.h"
+#include <vector>
+
+#include "absl/status/statusor.h"
+
+namespace tessera {
+
+// Text <-> token ids for one model, loaded from Hugging Face `tokenizer.json` (+
+// `tokenizer_config.json` for whether BOS is added). The tokenizer model kind is chosen
+// from the file: today SentencePiece-style BPE with byte fallback (Llama 1/2, Mistral,
+// TinyLlama); byte-level BPE (Llama 3) slots in as another `Tokenizer` implementation.
+class Tokenizer {
+ public:
+  virtual ~Tokenizer() = default;
+
+  // Loads `<dir>/tokenizer.json` and, if present, `<dir>/tokenizer_config.json`.
+  static absl::StatusOr<std::unique_ptr<Tokenizer>> Load(const std::filesystem::path& dir);
+
+  // Encodes `text`; prepends BOS when the config says so and `add_special_tokens` is set.
+  virtual std::vector<int32_t> Encode(absl::string_view text, bool add_special_tokens = true) const = 0;
+
+  // Decodes ids to text. Special tokens (BOS/EOS/UNK...) are skipped when
+  // `skip_special_tokens`; incomplete UTF-8 from byte fallback is kept as raw bytes.
+  virtual std::string Decode(const std::vector<int32_t>& ids,
+                             bool skip_special_tokens = true) const = 0;
+
+  virtual int32_t vocab_size() const = 0;
+  virtual int32_t bos_id() const = 0;  // -1 when the model has none.
+  virtual int32_t eos_id() const = 0;
+  virtual bool IsSpecial(int32_t id) const = 0;
+};
+
+}  // namespace tessera
+
+#endif  // TESSERA_COMMON_TOKENIZER_H_

@@ -1,0 +1,113 @@
+#ifndef TESSERA_KERNELS_BACKEND_H_
+#define TESSERA_KERNELS_BACKEND_H_
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <string_view>
+
+#include "common/dtype.h"
+
+// The backend-neutral op interface the forward pass is written against. Ops take raw
+// pointers in the backend's memory plus shapes; activations are float32, weights keep the
+// checkpoint's dtype (decode is bound by weight bytes, so BF16 weights stay BF16).
+// This header stays free of Abseil and gRPC so CUDA translation units may include it.
+namespace tessera::kernels {
+
+// A weight matrix [rows, cols], row-major (torch Linear layout: [out_features, in_features]).
+struct MatrixView {
+  const void* data = nullptr;
+  DType dtype = DType::kF32;
+  int64_t rows = 0;
+  int64_t cols = 0;
+};
+
+// Shape of one layer's K (or V) cache: [num_blocks, block_size, num_kv_heads, head_dim].
+struct KvCacheShape {
+  int num_blocks = 0;
+  int block_size = 16;
+  int num_kv_heads = 0;
+  int head_dim = 0;
+  size_t elements() const {
+    return static_cast<size_t>(num_blocks) * block_size * num_kv_heads * head_dim;
+  }
+};
+
+// The sequences of one step, flattened: sequence s owns tokens
+// [query_start[s], query_start[s+1]) of the step; after the step its KV cache holds
+// context_lens[s] tokens, the step's tokens being the last ones (causal attention).
+// All arrays live in backend memory.
+struct AttentionBatch {
+  int num_seqs = 0;
+  int num_tokens = 0;
+  const int32_t* query_start = nullptr;   // [num_seqs + 1]
+  const int32_t* context_lens = nullptr;  // [num_seqs]
+  const int32_t* block_tables = nullptr;  // [num_seqs, max_blocks_per_seq]
+  int max_blocks_per_seq = 0;
+  const int64_t* slot_mapping = nullptr;  // [num_tokens]: block_id * block_size + offset
+};
+
+class Backend {
+ public:
+  virtual ~Backend() = default;
+  virtual std::string_view name() const = 0;
+
+  // ---- Memory. Allocate returns nullptr when the backend is out of memory.
+  virtual void* Allocate(size_t bytes) = 0;
+  virtual void Free(void* ptr) = 0;
+  virtual void CopyToDevice(void* dst, const void* host_src, size_t bytes) = 0;
+  virtual void CopyToHost(void* host_dst, const void* src, size_t bytes) = 0;
+  virtual void Synchronize() = 0;
+  // Bytes the backend could still allocate (for sizing the KV cache).
+  virtual size_t FreeMemoryBytes() const = 0;
+
+  // ---- Ops.
+  // out[i, :] = table[ids[i] - vocab_begin, :] when the id falls in this shard's rows,
+  // else zeros (vocab-parallel embedding; the all-reduce completes it).
+  // ids [n], table [vocab_local, hidden], out [n, hidden]
+  virtual void EmbeddingGather(const int32_t* ids, int n, MatrixView table, int64_t vocab_begin,
+                               float* out) = 0;
+
+  // out[i, :] = x[i, :] / sqrt(mean(x[i, :]^2) + eps) * weight. x, out [n, dim]; weight [dim].
+  virtual void RmsNorm(const float* x, const float* weight, int n, int dim, float eps,
+                       float* out) = 0;
+
+  // Fused residual: hidden += delta, then out = RmsNorm(hidden). hidden, delta, out [n, dim].
+  virtual void AddRmsNorm(float* hidden, const float* delta, const float* weight, int n, int dim,
+                          float eps, float* out) = 0;
+
+  // y[m, w.rows] = x[m, w.cols] * w^T, accumulated in float32.
+  virtual void Gemm(const float* x, int64_t m, MatrixView w, float* y) = 0;
+
+  // Hugging Face rotate-half RoPE, in place, on the first num_q_heads + num_kv_heads heads
+  // of each row of `qkv` (row length `row_stride` floats; q heads then k heads).
+  // positions [n].
+  virtual void Rope(float* qkv, int n, int row_stride, const int32_t* positions, int num_q_heads,
+                    int num_kv_heads, int head_dim, float theta) = 0;
+
+  // out[i, j] = silu(gate_up[i, j]) * gate_up[i, inter + j]. gate_up [n, 2*inter], out [n, inter].
+  virtual void SiluMul(const float* gate_up, int n, int inter, float* out) = 0;
+
+  // Stores the step's K and V (rows of length `row_stride`, kv_heads*head_dim used) at
+  // their slots. k_cache/v_cache: [num_blocks, block_size, kv_heads, head_dim].
+  virtual void WriteKvCache(const float* k, const float* v, int row_stride, const int64_t* slots,
+                            int n, const KvCacheShape& shape, float* k_cache, float* v_cache) = 0;
+
+  // Causal paged attention for prefill and decode alike. q rows have length `q_stride`
+  // (num_q_heads * head_dim used); out [num_tokens, num_q_heads * head_dim].
+  // Query head h reads KV head h / (num_q_heads / kv heads).
+  virtual void PagedAttention(const float* q, int q_stride, const AttentionBatch& batch,
+                              const float* k_cache, const float* v_cache,
+                              const KvCacheShape& shape, int num_q_heads, float scale,
+                              float* out) = 0;
+
+  // y[i] += x[i] for i < n.
+  virtual void Add(float* y, const float* x, size_t n) = 0;
+};
+
+// The CPU backend with `num_threads` worker threads (0: one per core).
+std::unique_ptr<Backend> MakeCpuBackend(int num_threads = 0);
+
+}  // namespace tessera::kernels
+
+#endif  // TESSERA_KERNELS_BACKEND_H_

@@ -1,0 +1,49 @@
+#ifndef TESSERA_KERNELS_CPU_THREAD_POOL_H_
+#define TESSERA_KERNELS_CPU_THREAD_POOL_H_
+
+#include <atomic>
+#include <condition_variable>
+#include <cstdint>
+#include <functional>
+#include <mutex>
+#include <thread>
+#include <vector>
+
+namespace tessera::kernels {
+
+// A fixed set of threads that run one parallel loop at a time. The calling thread takes a
+// share of the work too, so a pool of N threads uses N cores.
+class ThreadPool {
+ public:
+  explicit ThreadPool(int num_threads);
+  ~ThreadPool();
+  ThreadPool(const ThreadPool&) = delete;
+  ThreadPool& operator=(const ThreadPool&) = delete;
+
+  int num_threads() const { return static_cast<int>(workers_.size()) + 1; }
+
+  // Calls fn(begin, end) over disjoint chunks covering [0, n); chunks are at least `grain`
+  // long. Returns when every chunk is done.
+  void ParallelFor(int64_t n, int64_t grain, const std::function<void(int64_t, int64_t)>& fn);
+
+ private:
+  void WorkerLoop(int index);
+  void RunChunks();
+
+  std::vector<std::thread> workers_;
+  std::mutex mu_;
+  std::condition_variable start_cv_;
+  std::condition_variable done_cv_;
+  uint64_t generation_ = 0;
+  int pending_ = 0;
+  bool stop_ = false;
+  // The loop in flight.
+  const std::function<void(int64_t, int64_t)>* fn_ = nullptr;
+  int64_t n_ = 0;
+  int64_t chunk_ = 0;
+  std::atomic<int64_t> next_{0};
+};
+
+}  // namespace tessera::kernels
+
+#endif  // TESSERA_KERNELS_CPU_THREAD_POOL_H_

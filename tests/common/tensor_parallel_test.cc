@@ -1,0 +1,61 @@
+#include "common/tensor_parallel.h"
+
+#include "gtest/gtest.h"
+
+namespace tessera {
+namespace {
+
+ModelConfig Stories() {
+  ModelConfig c;
+  c.hidden_size = 64;
+  c.intermediate_size = 172;
+  c.num_attention_heads = 8;
+  c.num_key_value_heads = 4;
+  c.head_dim = 8;
+  c.num_hidden_layers = 5;
+  c.vocab_size = 512;
+  return c;
+}
+
+TEST(EvenSplitTest, CoversEverythingOnce) {
+  for (int world : {1, 2, 3, 4, 7}) {
+    int64_t next = 0;
+    for (int r = 0; r < world; ++r) {
+      Range part = EvenSplit(172, r, world);
+      EXPECT_EQ(part.begin, next);
+      EXPECT_GE(part.size(), 172 / world);
+      EXPECT_LE(part.size(), 172 / world + 1);
+      next = part.end;
+    }
+    EXPECT_EQ(next, 172);
+  }
+}
+
+TEST(ShardLayoutTest, SplitsHeadsAndKvHeads) {
+  auto s = ShardLayout::Make(Stories(), 1, 2);
+  ASSERT_TRUE(s.ok()) << s.status();
+  EXPECT_EQ(s->q_heads, (Range{4, 8}));
+  EXPECT_EQ(s->kv_heads, (Range{2, 4}));
+  EXPECT_EQ(s->intermediate, (Range{86, 172}));
+  EXPECT_EQ(s->vocab, (Range{256, 512}));
+}
+
+TEST(ShardLayoutTest, ReplicatesKvHeadsWhenWorldExceedsThem) {
+  // 8 query heads, 4 KV heads, 8 ranks: rank r holds query head r, which reads KV head r/2.
+  for (int r = 0; r < 8; ++r) {
+    auto s = ShardLayout::Make(Stories(), r, 8);
+    ASSERT_TRUE(s.ok()) << s.status();
+    EXPECT_EQ(s->q_heads, (Range{r, r + 1}));
+    EXPECT_EQ(s->kv_heads, (Range{r / 2, r / 2 + 1}));
+  }
+}
+
+TEST(ShardLayoutTest, RejectsWorldThatDoesNotDivideHeads) {
+  auto s = ShardLayout::Make(Stories(), 0, 3);
+  ASSERT_FALSE(s.ok());
+  EXPECT_NE(s.status().message().find("num_attention_heads=8"), std::string::npos);
+  EXPECT_FALSE(ShardLayout::Make(Stories(), 2, 2).ok());
+}
+
+}  // namespace
+}  // namespace tessera

@@ -1,0 +1,50 @@
+#ifndef TESSERA_TESTS_SUPPORT_TEST_MODEL_H_
+#define TESSERA_TESTS_SUPPORT_TEST_MODEL_H_
+
+#include <unistd.h>
+
+#include <cstdlib>
+#include <filesystem>
+#include <string>
+
+#include "gtest/gtest.h"
+
+namespace tessera::testing {
+
+// Where tests find the real stories260K model: $TESSERA_STORIES_DIR, or by default
+// ../shared/models/stories260K next to the source tree.
+inline std::filesystem::path StoriesModelDir() {
+  if (const char* env = std::getenv("TESSERA_STORIES_DIR"); env != nullptr && *env != '\0') {
+    return env;
+  }
+  return std::filesystem::path(TESSERA_SOURCE_DIR) / ".." / "shared" / "models" / "stories260K";
+}
+
+inline bool HaveStoriesModel() {
+  return std::filesystem::exists(StoriesModelDir() / "model.safetensors");
+}
+
+// A fresh, empty scratch folder for one test.
+inline std::filesystem::path ScratchDir(const std::string& name) {
+  const auto* info = ::testing::UnitTest::GetInstance()->current_test_info();
+  std::filesystem::path dir = std::filesystem::temp_directory_path() / "tessera-tests" /
+                              (std::string(info->test_suite_name()) + "." + info->name() + "." +
+                               name + "." + std::to_string(::getpid()));
+  std::filesystem::remove_all(dir);
+  std::filesystem::create_directories(dir);
+  return dir;
+}
+
+}  // namespace tessera::testing
+
+// Skips the current test, saying where the model was looked for and how to point at it.
+#define TESSERA_REQUIRE_STORIES_MODEL()                                                   \
+  do {                                                                                    \
+    if (!::tessera::testing::HaveStoriesModel()) {                                        \
+      GTEST_SKIP() << "stories260K not found at "                                         \
+                   << ::tessera::testing::StoriesModelDir().string()                      \
+                   << " (set TESSERA_STORIES_DIR to the model folder to run this test)"; \
+    }                                                                                     \
+  } while (0)
+
+#endif  // TESSERA_TESTS_SUPPORT_TEST_MODEL_H_

@@ -1,0 +1,14 @@
+#ifndef TESSERA_TOOLS_TESSERA_COMMANDS_H_
+#define TESSERA_TOOLS_TESSERA_COMMANDS_H_
+
+// Subcommands of the `tessera` binary. Each takes the arguments after its name
+// (argv[0] is the subcommand) and returns the process exit code.
+namespace tessera::cli {
+
+int RunMain(int argc, char** argv);              // tessera run
+int ConvertLlama2cMain(int argc, char** argv);   // tessera convert-llama2c
+int GenCheckpointMain(int argc, char** argv);    // tessera gen-checkpoint
+
+}  // namespace tessera::cli
+
+#endif  // TESSERA_TOOLS_TESSERA_COMMANDS_H_

@@ -3,6 +3,7 @@
 
 #include <atomic>
 #include <filesystem>
+#include <map>
 #include <memory>
 #include <string>
 #include "absl/strings/string_view.h"
@@ -58,6 +59,7 @@ class Checkpoint {
 
   std::filesystem::path dir_;
   std::vector<std::unique_ptr<SafetensorsFile>> files_;
+  std::map<std::string, Location, std::less<>> locations_;
   mutable std::atomic<uint64_t> bytes_read_{0};
 };
 

@@ -29,6 +29,10 @@ struct TensorInfo {
 
 // A memory-mapped safetensors file whose header has been fully validated: every error
 // names the file, the tensor and the problem; nothing here reads outside the mapping.
+// Sizes and offsets that cannot match the bytes (truncation, offsets out of the data
+// section, overlaps, byte counts that disagree with the shape) are DATA_LOSS; a header that
+// breaks the schema (bad JSON, missing or mistyped fields, unknown dtype) is
+// INVALID_ARGUMENT. tensors() is ordered by position in the file.
 class SafetensorsFile {
  public:
   static absl::StatusOr<std::unique_ptr<SafetensorsFile>> Open(const std::filesystem::path& path);
@@ -81,6 +85,7 @@ class SafetensorsWriter {
   };
   std::vector<Entry> entries_;
   std::map<std::string, std::string> metadata_;
+  std::string error_;  // First misuse seen by AddBytes; reported by Write.
 };
 
 }  // namespace tessera

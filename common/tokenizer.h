@@ -35,6 +35,13 @@ class Tokenizer {
   virtual int32_t bos_id() const = 0;  // -1 when the model has none.
   virtual int32_t eos_id() const = 0;
   virtual bool IsSpecial(int32_t id) const = 0;
+
+  // The vocabulary entry of `id` as the tokenizer spells it ("▁the", "<0x0A>", "<s>");
+  // empty when `id` is outside the vocabulary. Defaults exist only so that test doubles
+  // need not implement them; the real tokenizers override both.
+  virtual std::string PieceForId(int32_t id) const { return std::string(); }
+  // -1 when `piece` is not in the vocabulary.
+  virtual int32_t IdForPiece(absl::string_view piece) const { return -1; }
 };
 
 }  // namespace tessera

@@ -57,6 +57,9 @@ class Backend {
   virtual void Free(void* ptr) = 0;
   virtual void CopyToDevice(void* dst, const void* host_src, size_t bytes) = 0;
   virtual void CopyToHost(void* host_dst, const void* src, size_t bytes) = 0;
+  // Copies within backend memory. The default stages through the host; backends with
+  // their own device memory override it.
+  virtual void CopyOnDevice(void* dst, const void* src, size_t bytes);
   virtual void Synchronize() = 0;
   // Bytes the backend could still allocate (for sizing the KV cache).
   virtual size_t FreeMemoryBytes() const = 0;
@@ -104,6 +107,12 @@ class Backend {
   // y[i] += x[i] for i < n.
   virtual void Add(float* y, const float* x, size_t n) = 0;
 };
+
+inline void Backend::CopyOnDevice(void* dst, const void* src, size_t bytes) {
+  std::unique_ptr<char[]> staging(new char[bytes]);
+  CopyToHost(staging.get(), src, bytes);
+  CopyToDevice(dst, staging.get(), bytes);
+}
 
 // The CPU backend with `num_threads` worker threads (0: one per core).
 std::unique_ptr<Backend> MakeCpuBackend(int num_threads = 0);

@@ -53,6 +53,7 @@ void ThreadPool::ParallelFor(int64_t n, int64_t grain,
   // A few chunks per thread balance uneven rows without much scheduling cost.
   const int64_t target_chunks = static_cast<int64_t>(num_threads()) * 4;
   const int64_t chunk = std::max(grain, (n + target_chunks - 1) / target_chunks);
+  std::lock_guard<std::mutex> call_lock(call_mu_);
   {
     std::lock_guard<std::mutex> lock(mu_);
     fn_ = &fn;

@@ -23,7 +23,8 @@ class ThreadPool {
   int num_threads() const { return static_cast<int>(workers_.size()) + 1; }
 
   // Calls fn(begin, end) over disjoint chunks covering [0, n); chunks are at least `grain`
-  // long. Returns when every chunk is done.
+  // long. Returns when every chunk is done. Calls from several threads take turns; fn must
+  // not call ParallelFor on the same pool.
   void ParallelFor(int64_t n, int64_t grain, const std::function<void(int64_t, int64_t)>& fn);
 
  private:
@@ -31,6 +32,8 @@ class ThreadPool {
   void RunChunks();
 
   std::vector<std::thread> workers_;
+  // Held for a whole parallel loop: one loop in flight at a time.
+  std::mutex call_mu_;
   std::mutex mu_;
   std::condition_variable start_cv_;
   std::condition_variable done_cv_;

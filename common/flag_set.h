@@ -1,5 +1,5 @@
-#ifndef TESSERA_TOOLS_TESSERA_FLAGS_H_
-#define TESSERA_TOOLS_TESSERA_FLAGS_H_
+#ifndef TESSERA_COMMON_FLAG_SET_H_
+#define TESSERA_COMMON_FLAG_SET_H_
 
 #include <cstdint>
 #include <functional>
@@ -8,7 +8,7 @@
 
 #include "absl/status/status.h"
 
-namespace tessera::cli {
+namespace tessera {
 
 // A small flag parser for subcommands (`tessera run --model DIR ...`). Abseil flags are
 // process-global, which does not fit a binary whose subcommands take different flags.
@@ -44,6 +44,6 @@ class FlagSet {
   bool help_requested_ = false;
 };
 
-}  // namespace tessera::cli
+}  // namespace tessera
 
-#endif  // TESSERA_TOOLS_TESSERA_FLAGS_H_
+#endif  // TESSERA_COMMON_FLAG_SET_H_

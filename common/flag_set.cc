@@ -1,4 +1,4 @@
-#include "tools/tessera/flags.h"
+#include "common/flag_set.h"
 
 #include <cerrno>
 #include <cstdlib>
@@ -6,7 +6,7 @@
 
 #include "absl/strings/str_cat.h"
 
-namespace tessera::cli {
+namespace tessera {
 
 FlagSet::FlagSet(std::string command, std::string summary)
     : command_(std::move(command)), summary_(std::move(summary)) {}
@@ -107,4 +107,4 @@ std::string FlagSet::Usage() const {
   return out;
 }
 
-}  // namespace tessera::cli
+}  // namespace tessera

@@ -1,0 +1,194 @@
+// Micro-benchmarks of the CPU kernels. Every benchmark reports bytes/s (the bytes the
+// kernel must move at least) and, where it computes, FLOP/s, so results sit on a roofline
+// whose memory ceiling is BM_MemoryReadBandwidth.
+//
+//   kernel_bench [--benchmark_filter=...]   threads: TESSERA_BENCH_THREADS or every core.
+#include <sched.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cmath>
+#include <cstdint>
+#include <cstdlib>
+#include <cstring>
+#include <memory>
+#include <random>
+#include <vector>
+
+#include "benchmark/benchmark.h"
+#include "common/dtype.h"
+#include "kernels/backend.h"
+#include "kernels/cpu/attention.h"
+#include "kernels/cpu/gemm.h"
+#include "kernels/cpu/norm.h"
+#include "kernels/cpu/simd.h"
+#include "kernels/cpu/thread_pool.h"
+
+namespace tessera::kernels {
+namespace {
+
+int BenchThreads() {
+  if (const char* env = std::getenv("TESSERA_BENCH_THREADS")) {
+    const int n = std::atoi(env);
+    if (n > 0) return n;
+  }
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  if (sched_getaffinity(0, sizeof(set), &set) == 0) return std::max(1, CPU_COUNT(&set));
+  return 1;
+}
+
+ThreadPool& Pool() {
+  static ThreadPool* pool = new ThreadPool(BenchThreads());
+  return *pool;
+}
+
+std::vector<float> RandomFloats(size_t n, uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::uniform_real_distribution<float> dist(-1.0f, 1.0f);
+  std::vector<float> v(n);
+  for (float& f : v) f = dist(rng);
+  return v;
+}
+
+void SetRates(benchmark::State& state, double bytes, double flops) {
+  state.counters["bytes_per_second"] =
+      benchmark::Counter(bytes, benchmark::Counter::kIsIterationInvariantRate,
+                         benchmark::Counter::kIs1024);
+  if (flops > 0) {
+    state.counters["flops"] =
+        benchmark::Counter(flops, benchmark::Counter::kIsIterationInvariantRate);
+  }
+  state.counters["threads"] = Pool().num_threads();
+  state.SetLabel(SimdLevelName(ActiveSimdLevel()));
+}
+
+// Enough copies of the weights to overflow the last-level cache, used in turn, so decode
+// GEMVs read their weights from memory as they do in a real forward pass.
+constexpr size_t kRotationBytes = size_t{512} << 20;
+
+// Args: m, N, K, dtype.
+void BM_Gemm(benchmark::State& state) {
+  const int64_t m = state.range(0), n = state.range(1), k = state.range(2);
+  const auto dtype = static_cast<DType>(state.range(3));
+  const size_t w_bytes = static_cast<size_t>(n * k) * DTypeSize(dtype);
+  const size_t copies = std::clamp<size_t>(kRotationBytes / w_bytes, 1, 64);
+  std::vector<std::vector<uint8_t>> weights(copies);
+  {
+    const std::vector<float> values = RandomFloats(static_cast<size_t>(n * k), 1);
+    for (auto& w : weights) {
+      w.resize(w_bytes);
+      ConvertFromF32(values.data(), values.size(), dtype, w.data());
+    }
+  }
+  const std::vector<float> x = RandomFloats(static_cast<size_t>(m * k), 2);
+  std::vector<float> y(static_cast<size_t>(m * n));
+  size_t next = 0;
+  for (auto _ : state) {
+    Gemm(x.data(), m, MatrixView{weights[next].data(), dtype, n, k}, y.data(), &Pool());
+    benchmark::DoNotOptimize(y.data());
+    next = (next + 1) % copies;
+  }
+  SetRates(state, static_cast<double>(w_bytes) + 4.0 * (m * k + m * n), 2.0 * m * n * k);
+}
+
+void GemmArgs(benchmark::internal::Benchmark* b) {
+  for (DType dtype : {DType::kF32, DType::kBF16}) {
+    for (int64_t m : {1, 64}) {
+      b->Args({m, 2048, 2048, static_cast<int64_t>(dtype)});
+      b->Args({m, 8192, 2048, static_cast<int64_t>(dtype)});
+    }
+  }
+  b->ArgNames({"m", "N", "K", "dtype"});
+  b->UseRealTime();
+}
+BENCHMARK(BM_Gemm)->Apply(GemmArgs);
+
+// Decode attention: args num_seqs, context, q heads, kv heads, head_dim; one new token per
+// sequence.
+void BM_PagedAttentionDecode(benchmark::State& state) {
+  const int num_seqs = static_cast<int>(state.range(0));
+  const int context = static_cast<int>(state.range(1));
+  const int q_heads = static_cast<int>(state.range(2));
+  const int kv_heads = static_cast<int>(state.range(3));
+  const int head_dim = static_cast<int>(state.range(4));
+  KvCacheShape shape;
+  shape.block_size = 16;
+  shape.num_kv_heads = kv_heads;
+  shape.head_dim = head_dim;
+  const int blocks_per_seq = (context + shape.block_size - 1) / shape.block_size;
+  shape.num_blocks = blocks_per_seq * num_seqs + 1;
+  std::vector<int32_t> tables(static_cast<size_t>(blocks_per_seq) * num_seqs);
+  for (size_t i = 0; i < tables.size(); ++i) tables[i] = static_cast<int32_t>(i + 1);
+  std::shuffle(tables.begin(), tables.end(), std::mt19937(3));
+  std::vector<int32_t> query_start(num_seqs + 1), context_lens(num_seqs, context);
+  for (int s = 0; s <= num_seqs; ++s) query_start[s] = s;
+  const std::vector<float> k_cache = RandomFloats(shape.elements(), 4);
+  const std::vector<float> v_cache = RandomFloats(shape.elements(), 5);
+  const std::vector<float> q = RandomFloats(static_cast<size_t>(num_seqs) * q_heads * head_dim, 6);
+  std::vector<float> out(q.size());
+  AttentionBatch batch;
+  batch.num_seqs = num_seqs;
+  batch.num_tokens = num_seqs;
+  batch.query_start = query_start.data();
+  batch.context_lens = context_lens.data();
+  batch.block_tables = tables.data();
+  batch.max_blocks_per_seq = blocks_per_seq;
+  const float scale = 1.0f / std::sqrt(static_cast<float>(head_dim));
+  for (auto _ : state) {
+    PagedAttention(q.data(), q_heads * head_dim, batch, k_cache.data(), v_cache.data(), shape,
+                   q_heads, scale, out.data(), &Pool());
+    benchmark::DoNotOptimize(out.data());
+  }
+  const double kv_bytes = 2.0 * num_seqs * context * kv_heads * head_dim * sizeof(float);
+  SetRates(state, kv_bytes, 4.0 * num_seqs * context * q_heads * head_dim);
+}
+BENCHMARK(BM_PagedAttentionDecode)
+    ->ArgNames({"seqs", "ctx", "qh", "kvh", "hd"})
+    ->Args({1, 1024, 32, 32, 64})
+    ->Args({16, 1024, 32, 32, 64})
+    ->Args({16, 1024, 32, 8, 64})
+    ->UseRealTime();
+
+// Args: rows, dim.
+void BM_RmsNorm(benchmark::State& state) {
+  const int n = static_cast<int>(state.range(0)), dim = static_cast<int>(state.range(1));
+  const std::vector<float> x = RandomFloats(static_cast<size_t>(n) * dim, 7);
+  const std::vector<float> w = RandomFloats(dim, 8);
+  std::vector<float> out(x.size());
+  for (auto _ : state) {
+    RmsNorm(x.data(), w.data(), n, dim, 1e-5f, out.data(), &Pool());
+    benchmark::DoNotOptimize(out.data());
+  }
+  SetRates(state, 4.0 * (2.0 * n * dim + dim), 4.0 * n * dim);
+}
+BENCHMARK(BM_RmsNorm)->ArgNames({"n", "dim"})->Args({1, 4096})->Args({64, 4096})->UseRealTime();
+
+// Memory read bandwidth: every thread sums its share of a 1 GiB buffer (integer adds, which
+// the compiler vectorises without reassociation concerns). The roofline's memory ceiling.
+void BM_MemoryReadBandwidth(benchmark::State& state) {
+  const size_t bytes = static_cast<size_t>(state.range(0)) << 20;
+  const size_t words = bytes / sizeof(uint64_t);
+  std::unique_ptr<uint64_t[]> buffer(new uint64_t[words]);
+  ThreadPool& pool = Pool();
+  // First touch from the pool spreads pages the way the reads will use them.
+  pool.ParallelFor(static_cast<int64_t>(words), 1 << 16, [&](int64_t b, int64_t e) {
+    for (int64_t i = b; i < e; ++i) buffer[i] = static_cast<uint64_t>(i);
+  });
+  for (auto _ : state) {
+    std::atomic<uint64_t> total{0};
+    pool.ParallelFor(static_cast<int64_t>(words), 1 << 16, [&](int64_t b, int64_t e) {
+      uint64_t s = 0;
+      for (int64_t i = b; i < e; ++i) s += buffer[i];
+      total.fetch_add(s, std::memory_order_relaxed);
+    });
+    benchmark::DoNotOptimize(total.load());
+  }
+  SetRates(state, static_cast<double>(bytes), 0);
+}
+BENCHMARK(BM_MemoryReadBandwidth)->ArgName("MiB")->Arg(1024)->UseRealTime();
+
+}  // namespace
+}  // namespace tessera::kernels
+
+BENCHMARK_MAIN();

@@ -1,0 +1,9 @@
+#include "common/progress_line.h"
+
+#include <unistd.h>
+
+namespace tessera {
+
+bool ProgressLine::isatty_stderr() { return ::isatty(2) == 1; }
+
+}  // namespace tessera

@@ -1,0 +1,288 @@
+#include "common/tokenizer_bpe.h"
+
+#include <algorithm>
+#include <queue>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "common/unicode_util.h"
+#include "nlohmann/json.hpp"
+
+namespace tessera {
+namespace {
+
+using Json = nlohmann::json;
+
+absl::Status Invalid(absl::string_view source, absl::string_view what) {
+  return absl::InvalidArgumentError(absl::StrCat(source, ": ", what));
+}
+
+// Splits one entry of `model.merges`: either "left right" (tokenizers < 0.20) or
+// ["left", "right"].
+bool SplitMerge(const Json& entry, std::string* left, std::string* right) {
+  if (entry.is_string()) {
+    const std::string& s = entry.get_ref<const std::string&>();
+    const size_t space = s.find(' ');
+    if (space == std::string::npos || s.find(' ', space + 1) != std::string::npos) return false;
+    *left = s.substr(0, space);
+    *right = s.substr(space + 1);
+  } else if (entry.is_array() && entry.size() == 2 && entry[0].is_string() &&
+             entry[1].is_string()) {
+    *left = entry[0].get<std::string>();
+    *right = entry[1].get<std::string>();
+  } else {
+    return false;
+  }
+  return !left->empty() && !right->empty();
+}
+
+// The byte of a byte-fallback piece spelled exactly as Hugging Face looks it up
+// (`<0x0A>`, upper-case hex), or -1.
+int ParseBytePiece(absl::string_view piece) {
+  const auto hex = [](char c) {
+    if (c >= '0' && c <= '9') return c - '0';
+    if (c >= 'A' && c <= 'F') return c - 'A' + 10;
+    return -1;
+  };
+  if (piece.size() != 6 || piece.substr(0, 3) != "<0x" || piece[5] != '>') return -1;
+  const int hi = hex(piece[3]);
+  const int lo = hex(piece[4]);
+  return hi < 0 || lo < 0 ? -1 : hi * 16 + lo;
+}
+
+}  // namespace
+
+absl::StatusOr<BpeModel> BpeModel::FromJson(const Json& model, absl::string_view source) {
+  if (!model.is_object()) return Invalid(source, "field \"model\" must be an object");
+  BpeModel m;
+
+  auto vocab = model.find("vocab");
+  if (vocab == model.end() || !vocab->is_object() || vocab->empty()) {
+    return Invalid(source, "field \"model.vocab\" is missing or not a non-empty object");
+  }
+  int64_t max_id = -1;
+  for (const auto& [piece, id] : vocab->items()) {
+    if (!id.is_number_integer() || id.get<int64_t>() < 0 || id.get<int64_t>() > INT32_MAX - 1) {
+      return Invalid(source, absl::StrCat("field \"model.vocab\": id of piece \"", piece,
+                                          "\" must be a non-negative integer, got ", id.dump()));
+    }
+    max_id = std::max(max_id, id.get<int64_t>());
+  }
+  if (max_id >= static_cast<int64_t>(vocab->size()) * 2 + 1024) {
+    // A handful of holes is harmless; a huge id would make pieces_ absurdly large.
+    return Invalid(source, absl::StrCat("field \"model.vocab\": id ", max_id,
+                                        " is far beyond the vocabulary size ", vocab->size()));
+  }
+  m.pieces_.assign(max_id + 1, std::string());
+  std::vector<bool> seen(max_id + 1, false);
+  m.byte_ids_.fill(-1);
+  m.byte_of_id_.assign(max_id + 1, -1);
+  for (const auto& [piece, id_json] : vocab->items()) {
+    const int32_t id = static_cast<int32_t>(id_json.get<int64_t>());
+    if (seen[id]) {
+      return Invalid(source, absl::StrCat("field \"model.vocab\": id ", id, " is used by both \"",
+                                          m.pieces_[id], "\" and \"", piece, "\""));
+    }
+    seen[id] = true;
+    m.pieces_[id] = piece;
+    m.vocab_.emplace(piece, id);
+    if (const int byte = ParseBytePiece(piece); byte >= 0) {
+      m.byte_ids_[byte] = id;
+      m.byte_of_id_[id] = static_cast<int16_t>(byte);
+    }
+  }
+
+  const auto read_bool = [&](const char* key, bool* out) -> absl::Status {
+    auto it = model.find(key);
+    if (it == model.end() || it->is_null()) return absl::OkStatus();
+    if (!it->is_boolean()) {
+      return Invalid(source, absl::StrCat("field \"model.", key, "\" must be a boolean, got ",
+                                          it->dump()));
+    }
+    *out = it->get<bool>();
+    return absl::OkStatus();
+  };
+  absl::Status status;
+  status.Update(read_bool("byte_fallback", &m.byte_fallback_));
+  status.Update(read_bool("fuse_unk", &m.fuse_unk_));
+  status.Update(read_bool("ignore_merges", &m.ignore_merges_));
+  if (!status.ok()) return status;
+
+  for (const char* key : {"continuing_subword_prefix", "end_of_word_suffix"}) {
+    auto it = model.find(key);
+    if (it != model.end() && !it->is_null() && !(it->is_string() && it->empty())) {
+      return absl::UnimplementedError(
+          absl::StrCat(source, ": field \"model.", key, "\" = ", it->dump(),
+                       " is not supported (only Llama-style BPE without word affixes)"));
+    }
+  }
+  if (auto it = model.find("dropout"); it != model.end() && !it->is_null()) {
+    if (!it->is_number()) {
+      return Invalid(source, absl::StrCat("field \"model.dropout\" must be a number, got ",
+                                          it->dump()));
+    }
+    // Dropout is a training-time regulariser; inference always takes every merge.
+  }
+
+  if (auto it = model.find("unk_token"); it != model.end() && !it->is_null()) {
+    if (!it->is_string()) {
+      return Invalid(source,
+                     absl::StrCat("field \"model.unk_token\" must be a string, got ", it->dump()));
+    }
+    m.unk_id_ = m.IdForPiece(it->get<std::string>());
+    if (m.unk_id_ < 0) {
+      return Invalid(source, absl::StrCat("field \"model.unk_token\": ", it->dump(),
+                                          " is not in model.vocab"));
+    }
+  }
+
+  auto merges = model.find("merges");
+  if (merges == model.end() || merges->is_null()) {
+    return Invalid(source, "field \"model.merges\" is missing");
+  }
+  if (!merges->is_array()) return Invalid(source, "field \"model.merges\" must be an array");
+  m.merges_.reserve(merges->size());
+  std::string left, right;
+  for (size_t rank = 0; rank < merges->size(); ++rank) {
+    const Json& entry = (*merges)[rank];
+    if (!SplitMerge(entry, &left, &right)) {
+      return Invalid(source, absl::StrCat("field \"model.merges\"[", rank,
+                                          "] must be \"left right\" or [left, right], got ",
+                                          entry.dump()));
+    }
+    const int32_t left_id = m.IdForPiece(left);
+    const int32_t right_id = m.IdForPiece(right);
+    const int32_t new_id = m.IdForPiece(left + right);
+    if (left_id < 0 || right_id < 0 || new_id < 0) {
+      return Invalid(source, absl::StrCat("field \"model.merges\"[", rank, "] ", entry.dump(),
+                                          " uses a piece that is not in model.vocab"));
+    }
+    // The first occurrence wins, like Hugging Face's HashMap::insert of the lower rank.
+    m.merges_.emplace(PairKey(left_id, right_id),
+                      Merge{static_cast<int32_t>(rank), new_id});
+  }
+  return m;
+}
+
+int32_t BpeModel::IdForPiece(absl::string_view piece) const {
+  auto it = vocab_.find(std::string_view(piece.data(), piece.size()));
+  return it == vocab_.end() ? -1 : it->second;
+}
+
+const std::string& BpeModel::PieceForId(int32_t id) const {
+  static const std::string* const kEmpty = new std::string();
+  if (id < 0 || id >= size()) return *kEmpty;
+  return pieces_[id];
+}
+
+int BpeModel::ByteForId(int32_t id) const {
+  if (id < 0 || id >= size()) return -1;
+  return byte_of_id_[id];
+}
+
+const BpeModel::Merge* BpeModel::FindMerge(int32_t left, int32_t right) const {
+  auto it = merges_.find(PairKey(left, right));
+  return it == merges_.end() ? nullptr : &it->second;
+}
+
+void BpeModel::EncodeWord(absl::string_view word, std::vector<int32_t>* ids) const {
+  if (word.empty()) return;
+  if (ignore_merges_) {
+    if (const int32_t id = IdForPiece(word); id >= 0) {
+      ids->push_back(id);
+      return;
+    }
+  }
+
+  // Symbols form a doubly linked list over a vector so that a merge is O(1) and stale
+  // queue entries can be recognised (len == 0 marks a symbol merged into its left).
+  struct Symbol {
+    int32_t id;
+    int32_t prev;
+    int32_t next;
+    uint32_t len;
+  };
+  std::vector<Symbol> symbols;
+  symbols.reserve(word.size());
+  const auto add = [&symbols](int32_t id, size_t len) {
+    const int32_t index = static_cast<int32_t>(symbols.size());
+    symbols.push_back(Symbol{id, index - 1, -1, static_cast<uint32_t>(len)});
+    if (index > 0) symbols[index - 1].next = index;
+  };
+  int32_t pending_unk_len = 0;  // Bytes of unknown characters not yet emitted.
+  const auto flush_unk = [&] {
+    if (pending_unk_len > 0) add(unk_id_, pending_unk_len);
+    pending_unk_len = 0;
+  };
+  for (size_t pos = 0; pos < word.size();) {
+    const size_t len = Utf8CharLength(word, pos);
+    const absl::string_view ch = word.substr(pos, len);
+    pos += len;
+    if (const int32_t id = IdForPiece(ch); id >= 0) {
+      flush_unk();
+      add(id, len);
+      continue;
+    }
+    if (byte_fallback_) {
+      bool all_bytes = true;
+      for (char c : ch) all_bytes = all_bytes && byte_ids_[static_cast<uint8_t>(c)] >= 0;
+      if (all_bytes) {
+        flush_unk();
+        for (char c : ch) add(byte_ids_[static_cast<uint8_t>(c)], 1);
+        continue;
+      }
+    }
+    if (unk_id_ < 0) continue;
+    if (!fuse_unk_) flush_unk();
+    pending_unk_len += static_cast<int32_t>(len);
+  }
+  flush_unk();
+
+  struct Candidate {
+    int32_t rank;
+    int32_t pos;
+    int32_t new_id;
+    // Lowest rank first; on ties the leftmost pair, as Hugging Face's BinaryHeap does.
+    bool operator<(const Candidate& o) const {
+      return rank != o.rank ? rank > o.rank : pos > o.pos;
+    }
+  };
+  std::vector<Candidate> heap_storage;
+  heap_storage.reserve(symbols.size());
+  std::priority_queue<Candidate> queue(std::less<Candidate>(), std::move(heap_storage));
+  for (size_t i = 0; i + 1 < symbols.size(); ++i) {
+    if (const Merge* m = FindMerge(symbols[i].id, symbols[i + 1].id)) {
+      queue.push(Candidate{m->rank, static_cast<int32_t>(i), m->new_id});
+    }
+  }
+  while (!queue.empty()) {
+    const Candidate top = queue.top();
+    queue.pop();
+    Symbol& cur = symbols[top.pos];
+    if (cur.len == 0 || cur.next < 0) continue;
+    const Symbol right = symbols[cur.next];
+    // The entry is stale when either side has been merged since it was queued.
+    const Merge* m = FindMerge(cur.id, right.id);
+    if (m == nullptr || m->new_id != top.new_id) continue;
+    symbols[cur.next].len = 0;
+    cur.id = top.new_id;
+    cur.len += right.len;
+    cur.next = right.next;
+    if (right.next >= 0) symbols[right.next].prev = top.pos;
+    if (cur.prev >= 0) {
+      if (const Merge* pm = FindMerge(symbols[cur.prev].id, cur.id)) {
+        queue.push(Candidate{pm->rank, cur.prev, pm->new_id});
+      }
+    }
+    if (cur.next >= 0) {
+      if (const Merge* nm = FindMerge(cur.id, symbols[cur.next].id)) {
+        queue.push(Candidate{nm->rank, top.pos, nm->new_id});
+      }
+    }
+  }
+  for (int32_t i = symbols.empty() ? -1 : 0; i >= 0; i = symbols[i].next) {
+    ids->push_back(symbols[i].id);
+  }
+}
+
+}  // namespace tessera

@@ -1,0 +1,74 @@
+#ifndef TESSERA_COMMON_TOKENIZER_BPE_H_
+#define TESSERA_COMMON_TOKENIZER_BPE_H_
+
+#include <array>
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <string_view>
+#include <unordered_map>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+#include "nlohmann/json_fwd.hpp"
+
+namespace tessera {
+
+// The BPE `model` of a Hugging Face tokenizer.json: vocabulary, ranked merges, byte
+// fallback and unknown-token handling. It turns one pre-tokenized word into ids and knows
+// nothing about normalizers, pre-tokenizers or special tokens, so SentencePiece-style and
+// byte-level tokenizers can share it.
+class BpeModel {
+ public:
+  // Parses the `model` object (type "BPE") of tokenizer.json; `source` names the file in
+  // errors.
+  static absl::StatusOr<BpeModel> FromJson(const nlohmann::json& model, absl::string_view source);
+
+  // Appends the ids of `word`. Characters missing from the vocabulary become `<0xXX>` byte
+  // pieces when byte fallback is on and all their bytes have pieces, else the unknown token
+  // (dropped when the model has none, as Hugging Face does).
+  void EncodeWord(absl::string_view word, std::vector<int32_t>* ids) const;
+
+  // -1 when `piece` is not in the vocabulary.
+  int32_t IdForPiece(absl::string_view piece) const;
+  // Empty for ids outside the vocabulary or holes in it.
+  const std::string& PieceForId(int32_t id) const;
+  // The byte that a `<0xXX>` piece stands for, or -1 for any other id.
+  int ByteForId(int32_t id) const;
+
+  // One more than the largest id in the vocabulary.
+  int32_t size() const { return static_cast<int32_t>(pieces_.size()); }
+  int32_t unk_id() const { return unk_id_; }
+  bool byte_fallback() const { return byte_fallback_; }
+
+ private:
+  struct Merge {
+    int32_t rank;
+    int32_t new_id;
+  };
+  struct StringHash {
+    using is_transparent = void;
+    size_t operator()(std::string_view s) const { return std::hash<std::string_view>{}(s); }
+  };
+
+  static uint64_t PairKey(int32_t left, int32_t right) {
+    return (static_cast<uint64_t>(static_cast<uint32_t>(left)) << 32) |
+           static_cast<uint32_t>(right);
+  }
+  const Merge* FindMerge(int32_t left, int32_t right) const;
+
+  std::unordered_map<std::string, int32_t, StringHash, std::equal_to<>> vocab_;
+  std::vector<std::string> pieces_;
+  std::unordered_map<uint64_t, Merge> merges_;
+  std::array<int32_t, 256> byte_ids_;  // -1 where `<0xXX>` is not in the vocabulary.
+  std::vector<int16_t> byte_of_id_;    // Inverse of byte_ids_, -1 elsewhere.
+  int32_t unk_id_ = -1;
+  bool byte_fallback_ = false;
+  bool fuse_unk_ = false;
+  bool ignore_merges_ = false;
+};
+
+}  // namespace tessera
+
+#endif  // TESSERA_COMMON_TOKENIZER_BPE_H_

@@ -1,0 +1,41 @@
+#ifndef TESSERA_COORDINATOR_API_REQUEST_VALIDATION_H_
+#define TESSERA_COORDINATOR_API_REQUEST_VALIDATION_H_
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "common/sampling_params.h"
+#include "common/tokenizer.h"
+#include "coordinator/scheduler/sequence.h"
+#include "tessera/v1/generation.pb.h"
+
+namespace tessera {
+
+struct ServingLimits {
+  int vocab_size = 0;
+  int max_context = 0;  // Prompt + generated tokens.
+  int max_stop_strings = 16;
+  int max_stop_string_bytes = 256;
+  int max_logprobs = 20;
+  int default_max_new_tokens = 16;
+};
+
+// A request after validation and tokenization.
+struct ValidatedRequest {
+  std::string request_id;
+  std::vector<int32_t> prompt;
+  SamplingParams sampling;
+  sched::RequestOptions options;
+  std::vector<std::string> stop_strings;
+};
+
+// Checks every field; INVALID_ARGUMENT names the field and the value. Tokenizes text.
+absl::StatusOr<ValidatedRequest> ValidateGenerateRequest(const v1::GenerateRequest& request,
+                                                         const Tokenizer& tokenizer,
+                                                         const ServingLimits& limits);
+
+}  // namespace tessera
+
+#endif  // TESSERA_COORDINATOR_API_REQUEST_VALIDATION_H_

@@ -1,0 +1,168 @@
+#include "coordinator/cluster/worker_group.h"
+
+#include <algorithm>
+#include <thread>
+
+#include "absl/strings/str_cat.h"
+#include "absl/synchronization/mutex.h"
+#include "common/grpc_status.h"
+#include "grpcpp/grpcpp.h"
+#include "grpc/health/v1/health.grpc.pb.h"
+
+namespace tessera {
+namespace {
+
+std::chrono::system_clock::time_point In(std::chrono::milliseconds d) {
+  return std::chrono::system_clock::now() + d;
+}
+
+// Runs fn(rank) for every rank on its own thread; returns the first error, naming the rank.
+absl::Status ForEachRank(int world, const std::vector<std::string>& addresses,
+                         const std::function<absl::Status(int)>& fn) {
+  std::vector<absl::Status> results(world);
+  std::vector<std::thread> threads;
+  for (int r = 0; r < world; ++r) threads.emplace_back([&, r] { results[r] = fn(r); });
+  for (auto& t : threads) t.join();
+  for (int r = 0; r < world; ++r) {
+    if (!results[r].ok()) {
+      return absl::Status(results[r].code(), absl::StrCat("rank ", r, " (", addresses[r], "): ",
+                                                          results[r].message()));
+    }
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+WorkerGroup::WorkerGroup(int replica, std::vector<std::string> addresses, GroupOptions options)
+    : replica_(replica), addresses_(std::move(addresses)), options_(std::move(options)) {
+  grpc::ChannelArguments args;
+  args.SetMaxReceiveMessageSize(256 << 20);
+  args.SetMaxSendMessageSize(256 << 20);
+  // Fail fast on a dead worker instead of waiting for reconnection.
+  args.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, 100);
+  args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, 1000);
+  for (const std::string& a : addresses_) {
+    channels_.push_back(grpc::CreateCustomChannel(a, grpc::InsecureChannelCredentials(), args));
+    stubs_.push_back(v1::Worker::NewStub(channels_.back()));
+  }
+}
+
+absl::StatusOr<GroupCapacity> WorkerGroup::Form(uint64_t generation,
+                                                const std::function<void(int, int, int)>& progress) {
+  const int world = world_size();
+  absl::Status s = ForEachRank(world, addresses_, [&](int r) {
+    v1::ConfigureRequest req;
+    req.set_replica(replica_);
+    req.set_rank(r);
+    req.set_world_size(world);
+    for (const auto& a : addresses_) req.add_peers(a);
+    req.set_communicator(world > 1 ? "gloo" : "single");
+    req.set_rendezvous_address(options_.rendezvous_address);
+    req.set_rendezvous_prefix(absl::StrCat("replica", replica_, "/gen", generation));
+    req.set_collective_timeout_ms(static_cast<uint32_t>(options_.collective_timeout.count()));
+    const std::string& addr = addresses_[r];
+    req.set_advertise_host(addr.substr(0, addr.rfind(':')));
+    grpc::ClientContext ctx;
+    ctx.set_deadline(In(options_.collective_timeout + std::chrono::seconds(5)));
+    v1::ConfigureResponse resp;
+    return FromGrpcStatus(stubs_[r]->Configure(&ctx, req, &resp));
+  });
+  if (!s.ok()) return s;
+
+  std::vector<v1::LoadShardProgress> last(world);
+  s = ForEachRank(world, addresses_, [&](int r) {
+    v1::LoadShardRequest req;
+    req.set_model_dir(options_.model_dir);
+    req.set_block_size(options_.block_size);
+    req.set_kv_memory_fraction(options_.kv_memory_fraction);
+    req.set_kv_memory_bytes(options_.kv_memory_bytes);
+    grpc::ClientContext ctx;
+    ctx.set_deadline(In(std::chrono::hours(1)));
+    auto reader = stubs_[r]->LoadShard(&ctx, req);
+    v1::LoadShardProgress p;
+    while (reader->Read(&p)) {
+      if (progress && !p.done()) progress(r, p.tensors_done(), p.tensors_total());
+      if (p.done()) last[r] = p;
+    }
+    absl::Status status = FromGrpcStatus(reader->Finish());
+    if (status.ok() && !last[r].done()) {
+      return absl::InternalError("worker ended LoadShard without a capacity report");
+    }
+    return status;
+  });
+  if (!s.ok()) return s;
+
+  GroupCapacity cap;
+  cap.num_blocks = static_cast<int>(last[0].num_blocks());
+  for (const auto& p : last) cap.num_blocks = std::min(cap.num_blocks, static_cast<int>(p.num_blocks()));
+  cap.weight_bytes = last[0].weight_bytes();
+  cap.model_name = last[0].model_name();
+  cap.dtype = last[0].dtype();
+  if (cap.num_blocks < 2) {
+    return absl::ResourceExhaustedError(absl::StrCat(
+        "replica ", replica_, ": no room for a KV cache after loading the weights (", cap.num_blocks,
+        " blocks fit on the smallest rank)"));
+  }
+  s = ForEachRank(world, addresses_, [&](int r) {
+    v1::InitCacheRequest req;
+    req.set_num_blocks(cap.num_blocks);
+    req.set_block_size(options_.block_size);
+    grpc::ClientContext ctx;
+    ctx.set_deadline(In(std::chrono::minutes(5)));
+    v1::InitCacheResponse resp;
+    return FromGrpcStatus(stubs_[r]->InitCache(&ctx, req, &resp));
+  });
+  if (!s.ok()) return s;
+  return cap;
+}
+
+absl::StatusOr<v1::StepResponse> WorkerGroup::ExecuteStep(const v1::StepRequest& request) {
+  const int world = world_size();
+  grpc::CompletionQueue cq;
+  std::vector<std::unique_ptr<grpc::ClientContext>> contexts(world);
+  std::vector<v1::StepResponse> responses(world);
+  std::vector<grpc::Status> statuses(world);
+  std::vector<std::unique_ptr<grpc::ClientAsyncResponseReader<v1::StepResponse>>> calls(world);
+  for (int r = 0; r < world; ++r) {
+    contexts[r] = std::make_unique<grpc::ClientContext>();
+    contexts[r]->set_deadline(In(options_.step_timeout));
+    calls[r] = stubs_[r]->AsyncExecuteStep(contexts[r].get(), request, &cq);
+    calls[r]->Finish(&responses[r], &statuses[r], reinterpret_cast<void*>(static_cast<intptr_t>(r)));
+  }
+  absl::Status first_error;
+  for (int done = 0; done < world; ++done) {
+    void* tag;
+    bool ok;
+    if (!cq.Next(&tag, &ok)) break;
+    const int r = static_cast<int>(reinterpret_cast<intptr_t>(tag));
+    if (!statuses[r].ok() && first_error.ok()) {
+      first_error = absl::Status(
+          static_cast<absl::StatusCode>(statuses[r].error_code()),
+          absl::StrCat("replica ", replica_, " rank ", r, " (", addresses_[r], ") failed step ",
+                       request.step_id(), ": ", statuses[r].error_message()));
+      // The other ranks would wait in a collective for the failed one: stop waiting.
+      for (auto& c : contexts) c->TryCancel();
+    }
+  }
+  cq.Shutdown();
+  void* tag;
+  bool ok;
+  while (cq.Next(&tag, &ok)) {
+  }
+  if (!first_error.ok()) return first_error;
+  return std::move(responses[0]);
+}
+
+absl::Status WorkerGroup::Probe(std::chrono::milliseconds timeout) {
+  return ForEachRank(world_size(), addresses_, [&](int r) {
+    auto stub = grpc::health::v1::Health::NewStub(channels_[r]);
+    grpc::ClientContext ctx;
+    ctx.set_deadline(In(timeout));
+    grpc::health::v1::HealthCheckRequest req;
+    grpc::health::v1::HealthCheckResponse resp;
+    return FromGrpcStatus(stub->Check(&ctx, req, &resp));
+  });
+}
+
+}  // namespace tessera

@@ -1,0 +1,66 @@
+#ifndef TESSERA_COORDINATOR_CLUSTER_WORKER_GROUP_H_
+#define TESSERA_COORDINATOR_CLUSTER_WORKER_GROUP_H_
+
+#include <atomic>
+#include <chrono>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "tessera/v1/worker.grpc.pb.h"
+
+namespace tessera {
+
+// What the coordinator learned from a group's ranks after loading.
+struct GroupCapacity {
+  int num_blocks = 0;        // Minimum over ranks.
+  uint64_t weight_bytes = 0; // Rank 0's.
+  std::string model_name;
+  std::string dtype;
+};
+
+struct GroupOptions {
+  std::string model_dir;
+  int block_size = 16;
+  double kv_memory_fraction = 0.5;
+  uint64_t kv_memory_bytes = 0;  // Per rank; 0: use the fraction.
+  std::string rendezvous_address;  // The coordinator's Gloo store, "host:port".
+  std::chrono::milliseconds collective_timeout{10000};
+  std::chrono::milliseconds step_timeout{120000};
+};
+
+// The ranks of one replica as the coordinator sees them: stubs to each worker, group
+// formation (configure, load, size and allocate the KV cache) and step fan-out. Each
+// call reaches every rank at once; the first failure fails the call and cancels the rest.
+class WorkerGroup {
+ public:
+  WorkerGroup(int replica, std::vector<std::string> addresses, GroupOptions options);
+
+  // Configures the ranks as one group, loads the shards and allocates the KV cache.
+  // `progress(rank, done, total)` reports loading.
+  absl::StatusOr<GroupCapacity> Form(uint64_t generation,
+                                     const std::function<void(int, int, int)>& progress);
+
+  // Runs one step on every rank; returns rank 0's response.
+  absl::StatusOr<v1::StepResponse> ExecuteStep(const v1::StepRequest& request);
+
+  // Checks every rank answers its health service within `timeout`.
+  absl::Status Probe(std::chrono::milliseconds timeout);
+
+  int replica() const { return replica_; }
+  int world_size() const { return static_cast<int>(addresses_.size()); }
+  const std::vector<std::string>& addresses() const { return addresses_; }
+
+ private:
+  const int replica_;
+  const std::vector<std::string> addresses_;
+  const GroupOptions options_;
+  std::vector<std::shared_ptr<grpc::Channel>> channels_;
+  std::vector<std::unique_ptr<v1::Worker::Stub>> stubs_;
+};
+
+}  // namespace tessera
+
+#endif  // TESSERA_COORDINATOR_CLUSTER_WORKER_GROUP_H_

@@ -1,0 +1,352 @@
+#include "coordinator/engine/engine.h"
+
+#include <algorithm>
+#include <cstdio>
+
+#include "absl/strings/str_cat.h"
+#include "coordinator/engine/step_request.h"
+#include "coordinator/scheduler/router.h"
+
+namespace tessera {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+double Seconds(Clock::duration d) { return std::chrono::duration<double>(d).count(); }
+
+}  // namespace
+
+Engine::Engine(const Tokenizer* tokenizer, EngineOptions options)
+    : tokenizer_(tokenizer), options_(std::move(options)) {
+  loop_ = std::thread([this] { Loop(); });
+}
+
+Engine::~Engine() { Stop(); }
+
+void Engine::Stop() {
+  {
+    absl::MutexLock lock(&inbox_mu_);
+    if (stop_) {
+      if (loop_.joinable()) loop_.join();
+      return;
+    }
+    stop_ = true;
+  }
+  if (loop_.joinable()) loop_.join();
+}
+
+void Engine::Post(Message m) {
+  absl::MutexLock lock(&inbox_mu_);
+  inbox_.push_back(std::move(m));
+}
+
+void Engine::AddReplica(std::unique_ptr<WorkerGroup> group, int num_blocks) {
+  Post(ReplicaAdded{std::move(group), num_blocks});
+}
+
+void Engine::FailReplica(int replica, absl::Status reason) {
+  Post(ReplicaFailed{replica, std::move(reason)});
+}
+
+absl::StatusOr<uint64_t> Engine::Submit(EngineRequest request) {
+  if (num_ready_.load() == 0) {
+    return absl::UnavailableError("no model replica is ready: no complete worker group");
+  }
+  const uint64_t id = next_seq_id_.fetch_add(1);
+  Post(NewRequest{id, std::move(request), Clock::now()});
+  return id;
+}
+
+void Engine::Cancel(uint64_t seq_id) { Post(CancelRequest{seq_id}); }
+
+std::vector<ReplicaSnapshot> Engine::Snapshot() const {
+  absl::MutexLock lock(&snapshot_mu_);
+  return snapshot_;
+}
+
+void Engine::Loop() {
+  while (true) {
+    std::deque<Message> batch;
+    {
+      absl::MutexLock lock(&inbox_mu_);
+      auto ready = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(inbox_mu_) {
+        return stop_ || !inbox_.empty();
+      };
+      inbox_mu_.AwaitWithTimeout(absl::Condition(&ready), absl::Milliseconds(50));
+      if (stop_) break;
+      batch.swap(inbox_);
+    }
+    for (Message& m : batch) std::visit([this](auto& msg) { Handle(msg); }, m);
+    for (auto& r : replicas_) {
+      if (r == nullptr || !r->ready || r->in_flight) continue;
+      if (r->scheduler->HasWork()) {
+        Dispatch(*r);
+      } else {
+        MaybeProbe(*r);
+      }
+    }
+    PublishSnapshot();
+  }
+  // Let calls in flight end before the replicas (and their stubs) go away.
+  for (auto& r : replicas_) {
+    if (r != nullptr && r->call.valid()) r->call.wait();
+  }
+  for (auto& [id, live] : live_) {
+    RequestEvent e;
+    e.finished = true;
+    e.finish_reason = sched::FinishReason::kError;
+    e.error = absl::UnavailableError("the coordinator is shutting down");
+    live.request.stream->Push(std::move(e));
+  }
+  live_.clear();
+}
+
+void Engine::Handle(NewRequest& m) {
+  std::vector<sched::Scheduler*> schedulers;
+  std::vector<int> indices;
+  for (auto& r : replicas_) {
+    if (r != nullptr && r->ready) {
+      schedulers.push_back(r->scheduler.get());
+      indices.push_back(r->index);
+    }
+  }
+  Live live;
+  live.request = std::move(m.request);
+  live.arrival = m.arrival;
+  if (schedulers.empty()) {
+    RequestEvent e;
+    e.finished = true;
+    e.finish_reason = sched::FinishReason::kError;
+    e.error = absl::UnavailableError("no model replica is ready: no complete worker group");
+    live.request.stream->Push(std::move(e));
+    return;
+  }
+  sched::Router router(schedulers, {options_.router_load_weight});
+  const int pick = router.Route(live.request.prompt);
+  Replica& replica = *replicas_[indices[pick]];
+  sched::Request req;
+  req.seq_id = m.seq_id;
+  req.prompt_token_ids = live.request.prompt;
+  req.options = live.request.options;
+  req.options.sampling_handle = m.seq_id;
+  if (absl::Status s = replica.scheduler->AddRequest(std::move(req)); !s.ok()) {
+    RequestEvent e;
+    e.finished = true;
+    e.finish_reason = sched::FinishReason::kError;
+    e.error = s;
+    live.request.stream->Push(std::move(e));
+    return;
+  }
+  live.replica = replica.index;
+  live.output = std::make_unique<OutputProcessor>(tokenizer_, live.request.prompt,
+                                                  live.request.stop_strings);
+  live_.emplace(m.seq_id, std::move(live));
+}
+
+void Engine::Handle(CancelRequest& m) {
+  auto it = live_.find(m.seq_id);
+  if (it == live_.end()) return;
+  Replica* r = replicas_[it->second.replica].get();
+  if (r != nullptr && r->scheduler != nullptr) r->scheduler->Abort(m.seq_id).IgnoreError();
+  Finish(m.seq_id, sched::FinishReason::kCancelled, absl::CancelledError("cancelled by the client"), "");
+}
+
+void Engine::Handle(ReplicaAdded& m) {
+  const int index = m.group->replica();
+  if (static_cast<int>(replicas_.size()) <= index) replicas_.resize(index + 1);
+  auto r = std::make_unique<Replica>();
+  r->index = index;
+  sched::SchedulerConfig config;
+  config.num_blocks = m.num_blocks;
+  config.block_size = options_.block_size;
+  config.max_num_batched_tokens = options_.max_num_batched_tokens;
+  config.max_num_seqs = options_.max_num_seqs;
+  config.max_model_len = options_.max_model_len;
+  config.policy = options_.policy;
+  config.enable_prefix_caching = options_.enable_prefix_caching;
+  config.eos_token_ids = options_.eos_token_ids;
+  auto scheduler = sched::Scheduler::Create(config);
+  if (!scheduler.ok()) {
+    std::fprintf(stderr, "tessera-coordinator: replica %d: %s\n", index,
+                 std::string(scheduler.status().message()).c_str());
+    return;
+  }
+  r->scheduler = std::move(*scheduler);
+  r->group = std::move(m.group);
+  r->ready = true;
+  r->last_contact = Clock::now();
+  if (replicas_[index] != nullptr && replicas_[index]->call.valid()) replicas_[index]->call.wait();
+  replicas_[index] = std::move(r);
+  num_ready_.fetch_add(1);
+  std::fprintf(stderr, "tessera-coordinator: replica %d ready (tp=%d, %d KV blocks)\n", index,
+               replicas_[index]->group->world_size(), m.num_blocks);
+}
+
+void Engine::Handle(ReplicaFailed& m) {
+  if (m.replica < static_cast<int>(replicas_.size()) && replicas_[m.replica] != nullptr) {
+    FailReplicaNow(*replicas_[m.replica], m.reason);
+  }
+}
+
+void Engine::FailReplicaNow(Replica& r, const absl::Status& reason) {
+  if (!r.ready) return;
+  r.ready = false;
+  num_ready_.fetch_sub(1);
+  std::fprintf(stderr, "tessera-coordinator: replica %d failed: %s\n", r.index,
+               std::string(reason.message()).c_str());
+  std::vector<uint64_t> ids;
+  for (const auto& [id, live] : live_) {
+    if (live.replica == r.index) ids.push_back(id);
+  }
+  for (uint64_t id : ids) {
+    Finish(id, sched::FinishReason::kError,
+           absl::UnavailableError(absl::StrCat("replica ", r.index, " failed: ", reason.message())), "");
+  }
+}
+
+void Engine::Dispatch(Replica& r) {
+  r.plan = r.scheduler->Schedule();
+  for (const auto& n : r.plan.new_seqs) {
+    auto it = live_.find(n.seq_id);
+    if (it != live_.end() && !it->second.scheduled) {
+      it->second.scheduled = true;
+      it->second.first_scheduled = Clock::now();
+    }
+  }
+  v1::StepRequest request = ToStepRequest(r.plan, [this](uint64_t seq_id) -> const SamplingParams* {
+    auto it = live_.find(seq_id);
+    return it == live_.end() ? nullptr : &it->second.request.sampling;
+  }, [this](uint64_t seq_id) {
+    auto it = live_.find(seq_id);
+    return it == live_.end() ? 0 : static_cast<int>(it->second.request.prompt.size());
+  });
+  r.in_flight = true;
+  WorkerGroup* group = r.group.get();
+  const int index = r.index;
+  r.call = std::async(std::launch::async, [this, group, index, request = std::move(request)] {
+    Post(StepDone{index, group->ExecuteStep(request)});
+  });
+}
+
+void Engine::MaybeProbe(Replica& r) {
+  if (Clock::now() - r.last_contact < heartbeat_) return;
+  r.in_flight = true;
+  r.last_contact = Clock::now();
+  WorkerGroup* group = r.group.get();
+  const int index = r.index;
+  const auto timeout = heartbeat_;
+  r.call = std::async(std::launch::async, [this, group, index, timeout] {
+    Post(ProbeDone{index, group->Probe(timeout)});
+  });
+}
+
+void Engine::Handle(ProbeDone& m) {
+  Replica& r = *replicas_[m.replica];
+  r.in_flight = false;
+  if (!m.status.ok()) FailReplicaNow(r, m.status);
+}
+
+void Engine::Handle(StepDone& m) {
+  Replica& r = *replicas_[m.replica];
+  r.in_flight = false;
+  r.last_contact = Clock::now();
+  if (!r.ready) return;
+  if (!m.result.ok()) {
+    r.scheduler->FailStep();
+    FailReplicaNow(r, m.result.status());
+    return;
+  }
+  sched::StepResult result;
+  result.step_id = r.plan.step_id;
+  for (const auto& s : m.result->sampled()) result.sampled.push_back({s.seq_id(), s.token_id()});
+  auto events = r.scheduler->Update(result);
+  if (!events.ok()) {
+    r.scheduler->FailStep();
+    FailReplicaNow(r, events.status());
+    return;
+  }
+  ApplyEvents(r, *events, &*m.result);
+}
+
+void Engine::ApplyEvents(Replica& r, const std::vector<sched::SeqEvent>& events,
+                         const v1::StepResponse* response) {
+  std::unordered_map<uint64_t, const v1::SampledTokenProto*> sampled;
+  for (const auto& s : response->sampled()) sampled[s.seq_id()] = &s;
+  for (const sched::SeqEvent& ev : events) {
+    auto it = live_.find(ev.seq_id);
+    if (it == live_.end()) continue;
+    Live& live = it->second;
+    live.cached_tokens = std::max(live.cached_tokens, ev.num_cached_tokens);
+    RequestEvent out;
+    if (ev.new_token_id.has_value()) {
+      const int32_t token = *ev.new_token_id;
+      if (live.completion_tokens == 0) live.first_token = Clock::now();
+      ++live.completion_tokens;
+      out.token_ids.push_back(token);
+      out.text = live.output->Append(token);
+      if (live.request.sampling.num_logprobs > 0) {
+        TokenLogprobs lp;
+        lp.token_id = token;
+        if (auto s = sampled.find(ev.seq_id); s != sampled.end()) {
+          lp.logprob = s->second->logprob();
+          for (int i = 0; i < s->second->top_ids_size(); ++i) {
+            lp.top.emplace_back(s->second->top_ids(i), s->second->top_logprobs(i));
+          }
+        }
+        out.logprobs.push_back(std::move(lp));
+      }
+      if (live.output->stopped() && !ev.finish_reason.has_value()) {
+        r.scheduler->Finish(ev.seq_id, sched::FinishReason::kStop).IgnoreError();
+        live.request.stream->Push(std::move(out));
+        Finish(ev.seq_id, sched::FinishReason::kStop, absl::OkStatus(), "");
+        continue;
+      }
+    }
+    if (ev.finish_reason.has_value()) {
+      out.text += live.output->Flush();
+      if (!out.token_ids.empty() || !out.text.empty()) live.request.stream->Push(std::move(out));
+      Finish(ev.seq_id, *ev.finish_reason,
+             *ev.finish_reason == sched::FinishReason::kError
+                 ? absl::InternalError("the step of this request failed")
+                 : absl::OkStatus(),
+             "");
+      continue;
+    }
+    if (!out.token_ids.empty()) live.request.stream->Push(std::move(out));
+  }
+}
+
+void Engine::Finish(uint64_t seq_id, sched::FinishReason reason, absl::Status error, std::string text) {
+  auto it = live_.find(seq_id);
+  if (it == live_.end()) return;
+  Live& live = it->second;
+  const auto now = Clock::now();
+  RequestEvent e;
+  e.text = std::move(text);
+  e.finished = true;
+  e.finish_reason = reason;
+  e.error = std::move(error);
+  e.prompt_tokens = static_cast<int>(live.request.prompt.size());
+  e.completion_tokens = live.completion_tokens;
+  e.cached_prompt_tokens = live.cached_tokens;
+  e.replica = live.replica;
+  e.queue_seconds = live.scheduled ? Seconds(live.first_scheduled - live.arrival) : Seconds(now - live.arrival);
+  e.ttft_seconds = live.completion_tokens > 0 ? Seconds(live.first_token - live.arrival) : 0;
+  e.total_seconds = Seconds(now - live.arrival);
+  live.request.stream->Push(std::move(e));
+  live_.erase(it);
+}
+
+void Engine::PublishSnapshot() {
+  std::vector<ReplicaSnapshot> snap;
+  for (const auto& r : replicas_) {
+    if (r == nullptr || r->scheduler == nullptr) continue;
+    const sched::SchedulerStats s = r->scheduler->stats();
+    snap.push_back({r->index, r->ready, s.num_usable_blocks, s.num_free_blocks, s.num_running,
+                    s.num_waiting});
+  }
+  absl::MutexLock lock(&snapshot_mu_);
+  snapshot_ = std::move(snap);
+}
+
+}  // namespace tessera

@@ -1,0 +1,170 @@
+#ifndef TESSERA_COORDINATOR_ENGINE_ENGINE_H_
+#define TESSERA_COORDINATOR_ENGINE_ENGINE_H_
+
+#include <atomic>
+#include <chrono>
+#include <deque>
+#include <future>
+#include <memory>
+#include <string>
+#include <thread>
+#include <unordered_map>
+#include <variant>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/status/status.h"
+#include "absl/synchronization/mutex.h"
+#include "common/sampling_params.h"
+#include "common/tokenizer.h"
+#include "coordinator/cluster/worker_group.h"
+#include "coordinator/engine/output_processor.h"
+#include "coordinator/engine/request_stream.h"
+#include "coordinator/scheduler/scheduler.h"
+
+namespace tessera {
+
+struct EngineOptions {
+  int block_size = 16;
+  int max_num_batched_tokens = 2048;
+  int max_num_seqs = 256;
+  int max_model_len = 0;  // 0: the model's max_position_embeddings.
+  sched::SchedulingPolicy policy = sched::SchedulingPolicy::kFcfs;
+  bool enable_prefix_caching = true;
+  double router_load_weight = 1.0;
+  std::vector<int32_t> eos_token_ids;
+};
+
+// A validated, tokenized request ready for scheduling.
+struct EngineRequest {
+  std::string request_id;
+  std::vector<int32_t> prompt;
+  sched::RequestOptions options;
+  SamplingParams sampling;
+  std::vector<std::string> stop_strings;
+  std::shared_ptr<RequestStream> stream;
+};
+
+struct ReplicaSnapshot {
+  int replica = 0;
+  bool ready = false;
+  int total_blocks = 0;
+  int free_blocks = 0;
+  int running = 0;
+  int waiting = 0;
+};
+
+// The coordinator's serving loop. One owner thread holds every replica's scheduler and
+// all request state; RPC handlers and the cluster manager talk to it through an inbox.
+// Each step: plan per idle replica, send the plan to its ranks (asynchronously), apply
+// results as they return, stream deltas to the requests.
+class Engine {
+ public:
+  Engine(const Tokenizer* tokenizer, EngineOptions options);
+  ~Engine();
+
+  // Starts serving on a newly formed group; replaces a failed replica of the same index.
+  void AddReplica(std::unique_ptr<WorkerGroup> group, int num_blocks);
+  // Fails every request of the replica with `reason` (UNAVAILABLE) and stops using it.
+  void FailReplica(int replica, absl::Status reason);
+
+  // Queues a request; UNAVAILABLE at once when no replica can serve. Returns the id the
+  // engine knows it by (for Cancel).
+  absl::StatusOr<uint64_t> Submit(EngineRequest request);
+  void Cancel(uint64_t seq_id);
+
+  int num_ready_replicas() const { return num_ready_.load(); }
+  std::vector<ReplicaSnapshot> Snapshot() const;
+  // Probes idle replicas' workers every `interval`; a rank that does not answer fails
+  // its replica (the heartbeat).
+  void set_heartbeat_interval(std::chrono::milliseconds interval) { heartbeat_ = interval; }
+  void Stop();
+
+ private:
+  struct Replica {
+    int index = 0;
+    std::unique_ptr<WorkerGroup> group;
+    std::unique_ptr<sched::Scheduler> scheduler;
+    bool ready = false;
+    bool in_flight = false;
+    sched::StepPlan plan;  // The plan in flight.
+    std::future<void> call;  // The step or probe in flight.
+    std::chrono::steady_clock::time_point last_contact;
+  };
+  struct Live {
+    EngineRequest request;
+    int replica = -1;
+    std::unique_ptr<OutputProcessor> output;
+    std::chrono::steady_clock::time_point arrival;
+    std::chrono::steady_clock::time_point first_scheduled;
+    std::chrono::steady_clock::time_point first_token;
+    bool scheduled = false;
+    int completion_tokens = 0;
+    int cached_tokens = 0;
+  };
+  struct StepDone {
+    int replica;
+    absl::StatusOr<v1::StepResponse> result;
+  };
+  struct NewRequest {
+    uint64_t seq_id;
+    EngineRequest request;
+    std::chrono::steady_clock::time_point arrival;
+  };
+  struct ProbeDone {
+    int replica;
+    absl::Status status;
+  };
+  struct CancelRequest {
+    uint64_t seq_id;
+  };
+  struct ReplicaAdded {
+    std::unique_ptr<WorkerGroup> group;
+    int num_blocks;
+  };
+  struct ReplicaFailed {
+    int replica;
+    absl::Status reason;
+  };
+  using Message =
+      std::variant<NewRequest, CancelRequest, StepDone, ProbeDone, ReplicaAdded, ReplicaFailed>;
+
+  void Post(Message m);
+  void Loop();
+  void Handle(NewRequest& m);
+  void Handle(CancelRequest& m);
+  void Handle(StepDone& m);
+  void Handle(ProbeDone& m);
+  void Handle(ReplicaAdded& m);
+  void Handle(ReplicaFailed& m);
+  void Dispatch(Replica& r);
+  void MaybeProbe(Replica& r);
+  void FailReplicaNow(Replica& r, const absl::Status& reason);
+  void ApplyEvents(Replica& r, const std::vector<sched::SeqEvent>& events,
+                   const v1::StepResponse* response);
+  void Finish(uint64_t seq_id, sched::FinishReason reason, absl::Status error, std::string text);
+  void PublishSnapshot();
+
+  const Tokenizer* tokenizer_;
+  const EngineOptions options_;
+  std::atomic<uint64_t> next_seq_id_{1};
+  std::atomic<int> num_ready_{0};
+
+  absl::Mutex inbox_mu_;
+  std::deque<Message> inbox_ ABSL_GUARDED_BY(inbox_mu_);
+  bool stop_ ABSL_GUARDED_BY(inbox_mu_) = false;
+
+  // Owned by the loop thread.
+  std::vector<std::unique_ptr<Replica>> replicas_;
+  std::unordered_map<uint64_t, Live> live_;
+  std::chrono::milliseconds heartbeat_{1000};
+
+  mutable absl::Mutex snapshot_mu_;
+  std::vector<ReplicaSnapshot> snapshot_ ABSL_GUARDED_BY(snapshot_mu_);
+
+  std::thread loop_;
+};
+
+}  // namespace tessera
+
+#endif  // TESSERA_COORDINATOR_ENGINE_ENGINE_H_

@@ -1,0 +1,151 @@
+// tessera-coordinator: the public gRPC API, the scheduler and the cluster of workers.
+#include <csignal>
+#include <cstdio>
+#include <filesystem>
+#include <memory>
+#include <string>
+#include <thread>
+
+#include "absl/strings/str_cat.h"
+#include "common/flag_set.h"
+#include "common/model_config.h"
+#include "common/tokenizer.h"
+#include "coordinator/api/generation_service.h"
+#include "coordinator/cluster/cluster_manager.h"
+#include "coordinator/engine/engine.h"
+#include "grpcpp/ext/proto_server_reflection_plugin.h"
+#include "grpcpp/grpcpp.h"
+#include "grpcpp/health_check_service_interface.h"
+
+namespace {
+
+std::atomic<bool> g_stop{false};
+void OnSignal(int) { g_stop = true; }
+
+int Fail(const std::string& message) {
+  std::fprintf(stderr, "tessera-coordinator: %s\n", message.c_str());
+  return 1;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  std::string model, host = "127.0.0.1", cluster_host = "127.0.0.1", policy = "fcfs";
+  int64_t port = 50051, cluster_port = 50052, tp = 1, replicas = 1, block_size = 16;
+  int64_t max_num_seqs = 256, max_num_batched_tokens = 2048, max_model_len = 0;
+  int64_t kv_memory_mb = 0, heartbeat_ms = 1000, collective_timeout_ms = 10000;
+  double kv_memory_fraction = 0.5, load_weight = 1.0;
+  bool no_prefix_caching = false;
+  tessera::FlagSet flags("tessera-coordinator",
+                         "Serves tessera.v1.Generation over gRPC and drives tensor-parallel worker\n"
+                         "groups: workers register on the cluster port and are formed into\n"
+                         "`replicas` groups of `tp` ranks.");
+  flags.String("model", &model, "Model folder (config.json, tokenizer.json; workers read the weights from the same path).");
+  flags.String("host", &host, "Address the public API binds to.");
+  flags.Int("port", &port, "Public gRPC port (Generation, health, reflection).");
+  flags.String("cluster-host", &cluster_host, "Address the worker-facing port (and the Gloo rendezvous store) binds to.");
+  flags.Int("cluster-port", &cluster_port, "Port workers register on.");
+  flags.Int("tp", &tp, "Tensor-parallel ranks per replica.");
+  flags.Int("replicas", &replicas, "Replicas (groups of tp workers).");
+  flags.Int("block-size", &block_size, "Tokens per KV-cache block.");
+  flags.Int("max-num-seqs", &max_num_seqs, "Running sequences per replica at most.");
+  flags.Int("max-num-batched-tokens", &max_num_batched_tokens, "Token budget of one step.");
+  flags.Int("max-model-len", &max_model_len, "Context limit (0: the model's max_position_embeddings).");
+  flags.Float("kv-memory-fraction", &kv_memory_fraction, "Share of a worker's free memory after loading given to the KV cache.");
+  flags.Int("kv-memory-mb", &kv_memory_mb, "Fixed KV-cache budget per worker in MiB (overrides the fraction).");
+  flags.String("policy", &policy, "Scheduling policy: fcfs or priority.");
+  flags.Bool("no-prefix-caching", &no_prefix_caching, "Disable prefix caching.");
+  flags.Float("router-load-weight", &load_weight, "Router: blocks of load worth one block of prefill.");
+  flags.Int("heartbeat-ms", &heartbeat_ms, "Interval of worker health probes.");
+  flags.Int("collective-timeout-ms", &collective_timeout_ms, "Timeout of every collective on the workers.");
+  if (auto s = flags.Parse(argc, argv); !s.ok()) return Fail(std::string(s.message()));
+  if (flags.help_requested()) {
+    std::fputs(flags.Usage().c_str(), stdout);
+    return 0;
+  }
+  if (model.empty()) return Fail("--model is required");
+  if (tp < 1 || replicas < 1) return Fail(absl::StrCat("--tp and --replicas must be positive, got ", tp, " and ", replicas));
+  if (policy != "fcfs" && policy != "priority") return Fail(absl::StrCat("--policy must be fcfs or priority, got ", policy));
+
+  auto config = tessera::ModelConfig::Load(model);
+  if (!config.ok()) return Fail(std::string(config.status().message()));
+  auto tokenizer = tessera::Tokenizer::Load(model);
+  if (!tokenizer.ok()) return Fail(std::string(tokenizer.status().message()));
+  model = std::filesystem::absolute(model).string();
+
+  tessera::EngineOptions eo;
+  eo.block_size = static_cast<int>(block_size);
+  eo.max_num_batched_tokens = static_cast<int>(max_num_batched_tokens);
+  eo.max_num_seqs = static_cast<int>(max_num_seqs);
+  const int context = max_model_len > 0 ? static_cast<int>(max_model_len) : config->max_position_embeddings;
+  eo.max_model_len = context;
+  eo.policy = policy == "priority" ? tessera::sched::SchedulingPolicy::kPriority
+                                   : tessera::sched::SchedulingPolicy::kFcfs;
+  eo.enable_prefix_caching = !no_prefix_caching;
+  eo.router_load_weight = load_weight;
+  eo.eos_token_ids = config->eos_token_ids;
+  tessera::Engine engine(tokenizer->get(), eo);
+  engine.set_heartbeat_interval(std::chrono::milliseconds(heartbeat_ms));
+
+  tessera::ClusterOptions co;
+  co.tp = static_cast<int>(tp);
+  co.replicas = static_cast<int>(replicas);
+  co.store_host = cluster_host;
+  co.group.model_dir = model;
+  co.group.block_size = static_cast<int>(block_size);
+  co.group.kv_memory_fraction = kv_memory_fraction;
+  co.group.kv_memory_bytes = static_cast<uint64_t>(kv_memory_mb) << 20;
+  co.group.collective_timeout = std::chrono::milliseconds(collective_timeout_ms);
+  auto cluster = tessera::ClusterManager::Create(co, &engine);
+  if (!cluster.ok()) return Fail(std::string(cluster.status().message()));
+
+  tessera::ServingLimits limits;
+  limits.vocab_size = config->vocab_size;
+  limits.max_context = context;
+  tessera::ModelDescription desc{std::filesystem::path(model).filename().string(),
+                                 tessera::DTypeName(config->torch_dtype), static_cast<int>(tp),
+                                 static_cast<int>(replicas), static_cast<int>(block_size)};
+  tessera::GenerationServiceImpl api(&engine, tokenizer->get(), limits, desc);
+
+  grpc::EnableDefaultHealthCheckService(true);
+  grpc::reflection::InitProtoReflectionServerBuilderPlugin();
+  grpc::ServerBuilder public_builder;
+  int bound_port = 0;
+  public_builder.AddListeningPort(absl::StrCat(host, ":", port), grpc::InsecureServerCredentials(), &bound_port);
+  public_builder.RegisterService(&api);
+  auto public_server = public_builder.BuildAndStart();
+  if (public_server == nullptr || bound_port == 0) return Fail(absl::StrCat("cannot listen on ", host, ":", port));
+
+  grpc::ServerBuilder cluster_builder;
+  int bound_cluster_port = 0;
+  cluster_builder.AddListeningPort(absl::StrCat(cluster_host, ":", cluster_port), grpc::InsecureServerCredentials(),
+                                   &bound_cluster_port);
+  cluster_builder.RegisterService(cluster->get());
+  auto cluster_server = cluster_builder.BuildAndStart();
+  if (cluster_server == nullptr || bound_cluster_port == 0) {
+    return Fail(absl::StrCat("cannot listen on ", cluster_host, ":", cluster_port));
+  }
+  std::fprintf(stderr, "tessera-coordinator: API on %s:%d, workers register on %s:%d (tp=%lld, replicas=%lld)\n",
+               host.c_str(), bound_port, cluster_host.c_str(), bound_cluster_port,
+               static_cast<long long>(tp), static_cast<long long>(replicas));
+
+  std::signal(SIGTERM, OnSignal);
+  std::signal(SIGINT, OnSignal);
+  auto* health = public_server->GetHealthCheckService();
+  bool serving = false;
+  health->SetServingStatus(false);
+  while (!g_stop) {
+    const bool now = engine.num_ready_replicas() > 0;
+    if (now != serving) {
+      health->SetServingStatus(now);
+      health->SetServingStatus("tessera.v1.Generation", now);
+      serving = now;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  health->SetServingStatus(false);
+  public_server->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(5));
+  cluster_server->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(1));
+  engine.Stop();
+  return 0;
+}

@@ -1,0 +1,423 @@
+#include "coordinator/scheduler/scheduler.h"
+
+#include <algorithm>
+#include <cstdio>
+#include <cstdlib>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+
+namespace tessera::sched {
+namespace {
+
+void Check(bool ok, const char* what) {
+  if (ok) return;
+  std::fprintf(stderr, "Scheduler invariant broken: %s\n", what);
+  std::abort();
+}
+
+bool Contains(const std::vector<int32_t>& ids, int32_t id) {
+  return std::find(ids.begin(), ids.end(), id) != ids.end();
+}
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<Scheduler>> Scheduler::Create(SchedulerConfig config) {
+  if (config.num_blocks < 2) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "num_blocks is ", config.num_blocks, "; need at least 2 (block 0 is reserved)"));
+  }
+  if (config.block_size < 1) {
+    return absl::InvalidArgumentError(absl::StrCat("block_size is ", config.block_size));
+  }
+  if (config.max_num_seqs < 1) {
+    return absl::InvalidArgumentError(absl::StrCat("max_num_seqs is ", config.max_num_seqs));
+  }
+  // Otherwise a full running queue could not all decode in one step.
+  if (config.max_num_batched_tokens < config.max_num_seqs) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("max_num_batched_tokens (", config.max_num_batched_tokens,
+                     ") must be at least max_num_seqs (", config.max_num_seqs, ")"));
+  }
+  if (config.long_prefill_token_threshold < 0 || config.max_model_len < 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("long_prefill_token_threshold (", config.long_prefill_token_threshold,
+                     ") and max_model_len (", config.max_model_len, ") must be >= 0"));
+  }
+  return std::unique_ptr<Scheduler>(new Scheduler(std::move(config)));
+}
+
+Scheduler::Scheduler(SchedulerConfig config)
+    : config_(std::move(config)),
+      kv_(config_.num_blocks, config_.block_size, config_.enable_prefix_caching,
+          config_.block_hash_fn) {}
+
+absl::Status Scheduler::AddRequest(Request request) {
+  const SeqId id = request.seq_id;
+  const RequestOptions& options = request.options;
+  const int num_prompt = static_cast<int>(request.prompt_token_ids.size());
+  if (seqs_.contains(id)) {
+    return absl::AlreadyExistsError(absl::StrCat("sequence ", id, " already exists"));
+  }
+  if (num_prompt == 0) {
+    return absl::InvalidArgumentError(absl::StrCat("sequence ", id, " has an empty prompt"));
+  }
+  for (int32_t token : request.prompt_token_ids) {
+    if (token < 0) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("sequence ", id, " has a negative prompt token id ", token));
+    }
+  }
+  if (options.max_new_tokens < 1 || options.min_new_tokens < 0 ||
+      options.min_new_tokens > options.max_new_tokens) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "sequence ", id, ": need 0 <= min_new_tokens (", options.min_new_tokens,
+        ") <= max_new_tokens (", options.max_new_tokens, ") and max_new_tokens >= 1"));
+  }
+  if (config_.max_model_len > 0 && num_prompt >= config_.max_model_len) {
+    return absl::InvalidArgumentError(absl::StrCat("sequence ", id, " has ", num_prompt,
+                                                   " prompt tokens; max_model_len is ",
+                                                   config_.max_model_len));
+  }
+  // The KV of the last sampled token is never computed.
+  int64_t max_kv_tokens = static_cast<int64_t>(num_prompt) + options.max_new_tokens - 1;
+  if (config_.max_model_len > 0) {
+    max_kv_tokens = std::min<int64_t>(max_kv_tokens, config_.max_model_len - 1);
+  }
+  const int64_t blocks_needed = (max_kv_tokens + config_.block_size - 1) / config_.block_size;
+  if (blocks_needed > kv_.pool().num_usable_blocks()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "sequence ", id, " may need ", blocks_needed, " KV blocks (", num_prompt,
+        " prompt + ", options.max_new_tokens, " new tokens); the replica has ",
+        kv_.pool().num_usable_blocks()));
+  }
+  auto seq = std::make_unique<Sequence>();
+  seq->id = id;
+  seq->options = std::move(request.options);
+  seq->token_ids = std::move(request.prompt_token_ids);
+  seq->num_prompt_tokens = num_prompt;
+  seq->arrival = next_arrival_++;
+  Sequence* raw = seq.get();
+  seqs_.emplace(id, std::move(seq));
+  PushWaiting(raw, /*front=*/false);
+  return absl::OkStatus();
+}
+
+StepPlan Scheduler::Schedule() {
+  Check(!step_in_flight_, "Schedule() called before Update() or FailStep() of the last step");
+  StepPlan plan;
+  plan.step_id = ++step_id_;
+  plan.finished_ids = std::move(pending_finished_ids_);
+  pending_finished_ids_.clear();
+  scheduled_.clear();
+
+  int budget = config_.max_num_batched_tokens;
+  PreemptForWaitingHead(plan);
+  const bool preempted = ScheduleRunning(budget, plan);
+  // Blocks ran out for running sequences: admitting more would only thrash.
+  if (!preempted) ScheduleWaiting(budget);
+  BuildPlan(plan);
+  step_in_flight_ = true;
+  return plan;
+}
+
+int Scheduler::ChunkSize(int num_uncomputed_tokens, int budget) const {
+  int n = std::min(num_uncomputed_tokens, budget);
+  if (config_.long_prefill_token_threshold > 0) {
+    n = std::min(n, config_.long_prefill_token_threshold);
+  }
+  return n;
+}
+
+// Priority policy: a waiting sequence that outranks the tail of the running queue takes
+// its place when blocks or seats are short. Done before anything is scheduled, so no
+// victim is already in the plan; strict priority comparison prevents ping-pong.
+void Scheduler::PreemptForWaitingHead(StepPlan& plan) {
+  if (config_.policy != SchedulingPolicy::kPriority || waiting_.empty()) return;
+  Sequence* head = waiting_.front();
+  const ComputedBlocks hits = kv_.GetComputedBlocks(head->token_ids);
+  const int n = ChunkSize(head->num_tokens() - hits.num_tokens, config_.max_num_batched_tokens);
+  while (!running_.empty() && running_.back()->options.priority > head->options.priority &&
+         (static_cast<int>(running_.size()) >= config_.max_num_seqs ||
+          !kv_.CanAllocate(head->id, hits.num_tokens, n, hits))) {
+    Sequence* victim = running_.back();
+    running_.pop_back();
+    Preempt(victim, plan);
+  }
+}
+
+// Returns whether a sequence had to be preempted for lack of blocks.
+bool Scheduler::ScheduleRunning(int& budget, StepPlan& plan) {
+  bool preempted = false;
+  for (size_t i = 0; i < running_.size() && budget > 0;) {
+    Sequence* seq = running_[i];
+    const int n = ChunkSize(seq->num_uncomputed_tokens(), budget);
+    bool preempted_self = false;
+    while (!kv_.AllocateSlots(seq->id, seq->num_computed_tokens, n)) {
+      // The back has not been scheduled this step: the loop runs front to back.
+      Sequence* victim = running_.back();
+      running_.pop_back();
+      Preempt(victim, plan);
+      preempted = true;
+      if (victim == seq) {
+        preempted_self = true;
+        break;
+      }
+    }
+    if (preempted_self) break;
+    scheduled_.push_back({seq, n});
+    budget -= n;
+    ++i;
+  }
+  return preempted;
+}
+
+void Scheduler::ScheduleWaiting(int& budget) {
+  while (!waiting_.empty() && budget > 0 &&
+         static_cast<int>(running_.size()) < config_.max_num_seqs) {
+    Sequence* seq = waiting_.front();
+    if (seq->preempted_at_step == step_id_) break;  // Not back in the step that evicted it.
+    const ComputedBlocks hits = kv_.GetComputedBlocks(seq->token_ids);
+    const int n = ChunkSize(seq->num_tokens() - hits.num_tokens, budget);
+    if (!kv_.AllocateSlots(seq->id, hits.num_tokens, n, hits)) break;
+    waiting_.pop_front();
+    num_queued_prompt_blocks_ -= kv_.NumBlocksFor(seq->num_tokens());
+    seq->num_computed_tokens = hits.num_tokens;
+    if (seq->num_cached_tokens < 0) seq->num_cached_tokens = hits.num_tokens;
+    if (config_.enable_prefix_caching) {
+      counters_.prefix_cache_queried_tokens += seq->num_tokens();
+      counters_.prefix_cache_hit_tokens += hits.num_tokens;
+    }
+    seq->status = SequenceStatus::kRunning;
+    InsertRunning(seq);
+    scheduled_.push_back({seq, n});
+    budget -= n;
+  }
+}
+
+void Scheduler::BuildPlan(StepPlan& plan) {
+  in_flight_.clear();
+  for (const Scheduled& s : scheduled_) {
+    Sequence& seq = *s.seq;
+    const bool samples = seq.num_computed_tokens + s.num_tokens == seq.num_tokens();
+    absl::Span<const BlockId> table = kv_.BlockTable(seq.id);
+    if (!seq.known_to_workers) {
+      NewSeqData& data = plan.new_seqs.emplace_back();
+      data.seq_id = seq.id;
+      data.token_ids = seq.token_ids;
+      data.block_ids.assign(table.begin(), table.end());
+      data.num_computed_tokens = seq.num_computed_tokens;
+      data.num_scheduled_tokens = s.num_tokens;
+      data.samples_token = samples;
+      data.sampling_handle = seq.options.sampling_handle;
+      seq.known_to_workers = true;
+    } else {
+      CachedSeqData& data = plan.cached_seqs.emplace_back();
+      data.seq_id = seq.id;
+      data.new_token_ids.assign(seq.token_ids.begin() + seq.num_tokens_sent,
+                                seq.token_ids.end());
+      data.new_block_ids.assign(table.begin() + seq.num_blocks_sent, table.end());
+      data.num_computed_tokens = seq.num_computed_tokens;
+      data.num_scheduled_tokens = s.num_tokens;
+      data.samples_token = samples;
+    }
+    seq.num_blocks_sent = static_cast<int>(table.size());
+    seq.num_tokens_sent = seq.num_tokens();
+    plan.total_num_scheduled_tokens += s.num_tokens;
+    in_flight_.push_back({seq.id, s.num_tokens, samples});
+  }
+}
+
+absl::StatusOr<std::vector<SeqEvent>> Scheduler::Update(const StepResult& result) {
+  if (!step_in_flight_) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("no step in flight for the result of step ", result.step_id));
+  }
+  if (result.step_id != step_id_) {
+    return absl::InvalidArgumentError(absl::StrCat("result of step ", result.step_id,
+                                                   " but step ", step_id_, " is in flight"));
+  }
+  // Validate everything before changing anything.
+  absl::flat_hash_map<SeqId, int32_t> sampled;
+  sampled.reserve(result.sampled.size());
+  for (const SampledToken& s : result.sampled) {
+    if (s.token_id < 0 || !sampled.emplace(s.seq_id, s.token_id).second) {
+      return absl::InvalidArgumentError(absl::StrCat("step ", step_id_, ": sequence ", s.seq_id,
+                                                     " has a duplicate or negative token ",
+                                                     s.token_id));
+    }
+  }
+  size_t num_matched = 0;
+  for (const InFlight& f : in_flight_) {
+    if (!f.samples_token) continue;
+    const bool has_token = sampled.contains(f.seq_id);
+    num_matched += has_token;
+    if (!has_token && seqs_.contains(f.seq_id)) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("step ", step_id_, ": no sampled token for sequence ", f.seq_id));
+    }
+  }
+  if (num_matched != sampled.size()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "step ", step_id_, ": ", sampled.size() - num_matched,
+        " sampled tokens belong to sequences that were not sampling in this step"));
+  }
+
+  std::vector<SeqEvent> events;
+  bool any_finished = false;
+  for (const InFlight& f : in_flight_) {
+    auto it = seqs_.find(f.seq_id);
+    if (it == seqs_.end()) continue;  // Finished or aborted while the step ran.
+    Sequence& seq = *it->second;
+    seq.num_computed_tokens += f.num_tokens;
+    kv_.CacheFullBlocks(seq.id, seq.token_ids, seq.num_computed_tokens);
+    if (!f.samples_token) continue;
+    const int32_t token = sampled.at(f.seq_id);
+    seq.token_ids.push_back(token);
+    std::optional<FinishReason> stop = CheckStop(seq);
+    if (stop.has_value()) {
+      events.push_back(Release(seq, *stop));
+      any_finished = true;
+    } else {
+      events.push_back({seq.id, std::nullopt, std::nullopt, seq.num_output_tokens(),
+                        seq.num_cached_tokens});
+    }
+    events.back().new_token_id = token;
+  }
+  if (any_finished) EraseFinished();
+  step_in_flight_ = false;
+  return events;
+}
+
+std::vector<SeqEvent> Scheduler::FailStep() {
+  std::vector<SeqEvent> events;
+  if (!step_in_flight_) return events;
+  for (const InFlight& f : in_flight_) {
+    auto it = seqs_.find(f.seq_id);
+    if (it != seqs_.end()) events.push_back(Release(*it->second, FinishReason::kError));
+  }
+  EraseFinished();
+  step_in_flight_ = false;
+  return events;
+}
+
+absl::Status Scheduler::Finish(SeqId seq_id, FinishReason reason) {
+  auto it = seqs_.find(seq_id);
+  if (it == seqs_.end()) {
+    return absl::NotFoundError(absl::StrCat("no live sequence ", seq_id));
+  }
+  Sequence* seq = it->second.get();
+  if (seq->status == SequenceStatus::kWaiting) {
+    waiting_.erase(std::find(waiting_.begin(), waiting_.end(), seq));
+    num_queued_prompt_blocks_ -= kv_.NumBlocksFor(seq->num_tokens());
+  } else {
+    running_.erase(std::find(running_.begin(), running_.end(), seq));
+  }
+  Release(*seq, reason);
+  seqs_.erase(it);
+  return absl::OkStatus();
+}
+
+bool Scheduler::HasWork() const {
+  return !running_.empty() || !waiting_.empty() || !pending_finished_ids_.empty();
+}
+
+SchedulerStats Scheduler::stats() const {
+  SchedulerStats s = counters_;
+  s.num_running = static_cast<int>(running_.size());
+  s.num_waiting = static_cast<int>(waiting_.size());
+  s.num_free_blocks = kv_.num_free_blocks();
+  s.num_usable_blocks = kv_.pool().num_usable_blocks();
+  s.kv_cache_usage = kv_.usage();
+  return s;
+}
+
+int Scheduler::NumCachedPrefixBlocks(absl::Span<const int32_t> tokens) const {
+  return static_cast<int>(kv_.GetComputedBlocks(tokens).block_ids.size());
+}
+
+const Sequence* Scheduler::GetSequence(SeqId seq_id) const {
+  auto it = seqs_.find(seq_id);
+  return it == seqs_.end() ? nullptr : it->second.get();
+}
+
+// Recompute preemption: blocks go back tail first, the KV is rebuilt from all tokens
+// (prompt and generated) when the sequence is admitted again.
+void Scheduler::Preempt(Sequence* seq, StepPlan& plan) {
+  kv_.Free(seq->id);
+  seq->num_computed_tokens = 0;
+  seq->preempted_at_step = step_id_;
+  if (seq->known_to_workers) plan.preempted_ids.push_back(seq->id);
+  seq->known_to_workers = false;
+  seq->num_blocks_sent = 0;
+  seq->num_tokens_sent = 0;
+  ++counters_.num_preemptions;
+  PushWaiting(seq, /*front=*/true);
+}
+
+bool Scheduler::RanksBefore(const Sequence& a, const Sequence& b) const {
+  if (config_.policy == SchedulingPolicy::kPriority &&
+      a.options.priority != b.options.priority) {
+    return a.options.priority < b.options.priority;
+  }
+  return a.arrival < b.arrival;
+}
+
+void Scheduler::PushWaiting(Sequence* seq, bool front) {
+  seq->status = SequenceStatus::kWaiting;
+  num_queued_prompt_blocks_ += kv_.NumBlocksFor(seq->num_tokens());
+  if (config_.policy == SchedulingPolicy::kPriority) {
+    auto pos = std::upper_bound(
+        waiting_.begin(), waiting_.end(), seq,
+        [this](const Sequence* a, const Sequence* b) { return RanksBefore(*a, *b); });
+    waiting_.insert(pos, seq);
+  } else if (front) {
+    waiting_.push_front(seq);
+  } else {
+    waiting_.push_back(seq);
+  }
+}
+
+void Scheduler::InsertRunning(Sequence* seq) {
+  if (config_.policy != SchedulingPolicy::kPriority) {
+    running_.push_back(seq);
+    return;
+  }
+  auto pos = std::upper_bound(
+      running_.begin(), running_.end(), seq,
+      [this](const Sequence* a, const Sequence* b) { return RanksBefore(*a, *b); });
+  running_.insert(pos, seq);
+}
+
+SeqEvent Scheduler::Release(Sequence& seq, FinishReason reason) {
+  kv_.Free(seq.id);
+  if (seq.known_to_workers) pending_finished_ids_.push_back(seq.id);
+  seq.status = SequenceStatus::kFinished;
+  return {seq.id, std::nullopt, reason, seq.num_output_tokens(),
+          std::max(seq.num_cached_tokens, 0)};
+}
+
+void Scheduler::EraseFinished() {
+  std::erase_if(running_, [](const Sequence* s) { return s->status == SequenceStatus::kFinished; });
+  std::erase_if(waiting_, [](const Sequence* s) { return s->status == SequenceStatus::kFinished; });
+  absl::erase_if(seqs_, [](const auto& entry) {
+    return entry.second->status == SequenceStatus::kFinished;
+  });
+}
+
+std::optional<FinishReason> Scheduler::CheckStop(const Sequence& seq) const {
+  const int32_t last = seq.token_ids.back();
+  if (seq.num_output_tokens() >= seq.options.min_new_tokens) {
+    if (!seq.options.ignore_eos && Contains(config_.eos_token_ids, last)) {
+      return FinishReason::kEos;
+    }
+    if (Contains(seq.options.stop_token_ids, last)) return FinishReason::kStop;
+  }
+  if (seq.num_output_tokens() >= seq.options.max_new_tokens) return FinishReason::kLength;
+  if (config_.max_model_len > 0 && seq.num_tokens() >= config_.max_model_len) {
+    return FinishReason::kLength;
+  }
+  return std::nullopt;
+}
+
+}  // namespace tessera::sched

@@ -1,0 +1,129 @@
+#ifndef TESSERA_COORDINATOR_SCHEDULER_SCHEDULER_H_
+#define TESSERA_COORDINATOR_SCHEDULER_SCHEDULER_H_
+
+#include <cstdint>
+#include <deque>
+#include <memory>
+#include <vector>
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/types/span.h"
+#include "coordinator/scheduler/block_hash.h"
+#include "coordinator/scheduler/kv_cache_manager.h"
+#include "coordinator/scheduler/sequence.h"
+#include "coordinator/scheduler/step_plan.h"
+
+namespace tessera::sched {
+
+struct SchedulerConfig {
+  int num_blocks = 0;  // Including the reserved block 0; see ReplicaNumBlocks().
+  int block_size = 16;
+  int max_num_batched_tokens = 2048;  // Token budget of one step.
+  int max_num_seqs = 256;             // Running sequences at most.
+  int long_prefill_token_threshold = 0;  // Largest prefill chunk; 0: the remaining budget.
+  int max_model_len = 0;                 // Context limit; 0: only the pool limits it.
+  SchedulingPolicy policy = SchedulingPolicy::kFcfs;
+  bool enable_prefix_caching = true;
+  std::vector<int32_t> eos_token_ids;
+  BlockHashFn block_hash_fn = nullptr;  // Null: DefaultBlockHash.
+};
+
+struct SchedulerStats {
+  int num_running = 0;
+  int num_waiting = 0;
+  int num_free_blocks = 0;
+  int num_usable_blocks = 0;
+  double kv_cache_usage = 0.0;
+  int64_t prefix_cache_queried_tokens = 0;
+  int64_t prefix_cache_hit_tokens = 0;
+  int64_t num_preemptions = 0;
+};
+
+// The scheduler of one replica. Each step: Schedule() builds a plan, the workers run it,
+// Update() (or FailStep()) applies the result; exactly one step is in flight at a time.
+// Not thread-safe: one owner thread drives it.
+class Scheduler {
+ public:
+  static absl::StatusOr<std::unique_ptr<Scheduler>> Create(SchedulerConfig config);
+
+  // Queues a request. Rejects duplicates, empty prompts, bad limits and requests that
+  // could not fit in the whole KV cache even alone.
+  absl::Status AddRequest(Request request);
+
+  // Plans the next step: running sequences first, then waiting ones, under the budgets.
+  StepPlan Schedule();
+  // Applies the result of the step in flight: appends sampled tokens, checks stop
+  // conditions, frees finished sequences. Rejects a result that does not match the plan,
+  // changing nothing.
+  absl::StatusOr<std::vector<SeqEvent>> Update(const StepResult& result);
+  // The step in flight failed on a worker: its sequences finish with kError.
+  std::vector<SeqEvent> FailStep();
+
+  // Ends a sequence now (stop strings found by the API layer, cancellation), freeing its
+  // blocks. NotFound for an unknown or finished sequence.
+  absl::Status Finish(SeqId seq_id, FinishReason reason);
+  absl::Status Abort(SeqId seq_id) { return Finish(seq_id, FinishReason::kCancelled); }
+
+  // Sequences to run, or finished ids the workers have not been told about yet.
+  bool HasWork() const;
+  bool step_in_flight() const { return step_in_flight_; }
+  SchedulerStats stats() const;
+
+  // For the router: prefix blocks this replica already caches for `tokens`, and the
+  // blocks the prompts in its waiting queue still need.
+  int NumCachedPrefixBlocks(absl::Span<const int32_t> tokens) const;
+  int num_queued_prompt_blocks() const { return num_queued_prompt_blocks_; }
+
+  const Sequence* GetSequence(SeqId seq_id) const;
+  const KVCacheManager& kv_cache_manager() const { return kv_; }
+  const SchedulerConfig& config() const { return config_; }
+
+ private:
+  struct Scheduled {
+    Sequence* seq;
+    int num_tokens;
+  };
+  struct InFlight {
+    SeqId seq_id;
+    int num_tokens;
+    bool samples_token;
+  };
+
+  explicit Scheduler(SchedulerConfig config);
+
+  int ChunkSize(int num_uncomputed_tokens, int budget) const;
+  void PreemptForWaitingHead(StepPlan& plan);
+  bool ScheduleRunning(int& budget, StepPlan& plan);
+  void ScheduleWaiting(int& budget);
+  void BuildPlan(StepPlan& plan);
+
+  void Preempt(Sequence* seq, StepPlan& plan);
+  void PushWaiting(Sequence* seq, bool front);
+  void InsertRunning(Sequence* seq);
+  // Frees the blocks and marks the sequence finished; the caller unlinks it from the
+  // queues and the map.
+  SeqEvent Release(Sequence& seq, FinishReason reason);
+  void EraseFinished();
+  std::optional<FinishReason> CheckStop(const Sequence& seq) const;
+  bool RanksBefore(const Sequence& a, const Sequence& b) const;
+
+  const SchedulerConfig config_;
+  KVCacheManager kv_;
+  absl::flat_hash_map<SeqId, std::unique_ptr<Sequence>> seqs_;
+  std::deque<Sequence*> waiting_;
+  std::vector<Sequence*> running_;  // Scheduling order; preemption takes from the back.
+  std::vector<Scheduled> scheduled_;
+  std::vector<InFlight> in_flight_;
+  std::vector<SeqId> pending_finished_ids_;
+  bool step_in_flight_ = false;
+  int64_t step_id_ = 0;
+  uint64_t next_arrival_ = 0;
+  int num_queued_prompt_blocks_ = 0;
+  SchedulerStats counters_;
+};
+
+}  // namespace tessera::sched
+
+#endif  // TESSERA_COORDINATOR_SCHEDULER_SCHEDULER_H_

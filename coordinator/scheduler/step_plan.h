@@ -1,0 +1,75 @@
+#ifndef TESSERA_COORDINATOR_SCHEDULER_STEP_PLAN_H_
+#define TESSERA_COORDINATOR_SCHEDULER_STEP_PLAN_H_
+
+#include <cstdint>
+#include <optional>
+#include <vector>
+
+#include "absl/container/inlined_vector.h"
+#include "coordinator/scheduler/block.h"
+#include "coordinator/scheduler/sequence.h"
+
+namespace tessera::sched {
+
+// The step contract with the workers (see docs/scheduler.md). Diffs, not state: a
+// sequence's tokens and block table go once, in NewSeqData; afterwards only what changed.
+// Every scheduled sequence appears exactly once, in new_seqs or cached_seqs.
+
+// A sequence the workers do not hold: first scheduled, or scheduled again after a
+// preemption (then token_ids include the tokens generated before it).
+struct NewSeqData {
+  SeqId seq_id = 0;
+  std::vector<int32_t> token_ids;
+  std::vector<BlockId> block_ids;
+  int num_computed_tokens = 0;  // Prefix-cache hits: KV already present in block_ids.
+  int num_scheduled_tokens = 0;
+  bool samples_token = false;   // The chunk reaches the last known token.
+  uint64_t sampling_handle = 0;
+};
+
+// A sequence the workers hold from an earlier step.
+struct CachedSeqData {
+  SeqId seq_id = 0;
+  absl::InlinedVector<int32_t, 1> new_token_ids;  // Sampled since last sent (decode: 1).
+  absl::InlinedVector<BlockId, 1> new_block_ids;  // Appended to its block table.
+  int num_computed_tokens = 0;
+  int num_scheduled_tokens = 0;
+  bool samples_token = false;
+};
+
+struct StepPlan {
+  int64_t step_id = 0;
+  std::vector<NewSeqData> new_seqs;
+  std::vector<CachedSeqData> cached_seqs;
+  int total_num_scheduled_tokens = 0;
+  std::vector<SeqId> finished_ids;   // Finished or cancelled: drop their state.
+  std::vector<SeqId> preempted_ids;  // Preempted this step: drop; they return as new.
+
+  int num_scheduled_seqs() const {
+    return static_cast<int>(new_seqs.size() + cached_seqs.size());
+  }
+};
+
+struct SampledToken {
+  SeqId seq_id = 0;
+  int32_t token_id = 0;
+};
+
+// What the workers return: one token for each sequence with samples_token.
+struct StepResult {
+  int64_t step_id = 0;
+  std::vector<SampledToken> sampled;
+};
+
+// Per-sequence outcome of a step, for streaming to the client.
+struct SeqEvent {
+  SeqId seq_id = 0;
+  std::optional<int32_t> new_token_id;
+  std::optional<FinishReason> finish_reason;
+  int num_output_tokens = 0;
+  int num_cached_tokens = 0;  // Prompt tokens served by the prefix cache.
+};
+
+}  // namespace tessera::sched
+
+#endif  // TESSERA_COORDINATOR_SCHEDULER_STEP_PLAN_H_

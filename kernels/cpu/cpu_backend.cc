@@ -1,0 +1,125 @@
+#include "kernels/cpu/cpu_backend.h"
+
+#include <sched.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <memory>
+#include <thread>
+
+#include "kernels/backend.h"
+#include "kernels/cpu/attention.h"
+#include "kernels/cpu/elementwise.h"
+#include "kernels/cpu/gemm.h"
+#include "kernels/cpu/norm.h"
+#include "kernels/cpu/rope.h"
+#include "kernels/cpu/thread_pool.h"
+
+namespace tessera::kernels {
+
+size_t AvailableHostMemoryBytes() {
+  if (FILE* f = std::fopen("/proc/meminfo", "r")) {
+    char line[256];
+    unsigned long long kib = 0;
+    bool found = false;
+    while (std::fgets(line, sizeof(line), f) != nullptr) {
+      if (std::sscanf(line, "MemAvailable: %llu kB", &kib) == 1) {
+        found = true;
+        break;
+      }
+    }
+    std::fclose(f);
+    if (found) return static_cast<size_t>(kib) * 1024;
+  }
+  const long pages = sysconf(_SC_AVPHYS_PAGES);
+  const long page_size = sysconf(_SC_PAGESIZE);
+  if (pages <= 0 || page_size <= 0) return 0;
+  return static_cast<size_t>(pages) * static_cast<size_t>(page_size);
+}
+
+namespace {
+
+class CpuBackend final : public Backend {
+ public:
+  explicit CpuBackend(int num_threads) : pool_(num_threads) {}
+
+  std::string_view name() const override { return "cpu"; }
+
+  void* Allocate(size_t bytes) override {
+    // aligned_alloc wants a multiple of the alignment; a zero-byte request still gets a
+    // distinct pointer so nullptr keeps meaning "out of memory".
+    const size_t rounded =
+        (std::max<size_t>(bytes, 1) + kCpuAllocAlignment - 1) / kCpuAllocAlignment *
+        kCpuAllocAlignment;
+    if (rounded < bytes) return nullptr;  // Overflow.
+    return std::aligned_alloc(kCpuAllocAlignment, rounded);
+  }
+  void Free(void* ptr) override { std::free(ptr); }
+  void CopyToDevice(void* dst, const void* host_src, size_t bytes) override {
+    if (bytes > 0) std::memcpy(dst, host_src, bytes);
+  }
+  void CopyToHost(void* host_dst, const void* src, size_t bytes) override {
+    if (bytes > 0) std::memcpy(host_dst, src, bytes);
+  }
+  // Every op finishes before it returns.
+  void Synchronize() override {}
+  size_t FreeMemoryBytes() const override { return AvailableHostMemoryBytes(); }
+
+  void EmbeddingGather(const int32_t* ids, int n, MatrixView table, int64_t vocab_begin,
+                       float* out) override {
+    kernels::EmbeddingGather(ids, n, table, vocab_begin, out, &pool_);
+  }
+  void RmsNorm(const float* x, const float* weight, int n, int dim, float eps,
+               float* out) override {
+    kernels::RmsNorm(x, weight, n, dim, eps, out, &pool_);
+  }
+  void AddRmsNorm(float* hidden, const float* delta, const float* weight, int n, int dim,
+                  float eps, float* out) override {
+    kernels::AddRmsNorm(hidden, delta, weight, n, dim, eps, out, &pool_);
+  }
+  void Gemm(const float* x, int64_t m, MatrixView w, float* y) override {
+    kernels::Gemm(x, m, w, y, &pool_);
+  }
+  void Rope(float* qkv, int n, int row_stride, const int32_t* positions, int num_q_heads,
+            int num_kv_heads, int head_dim, float theta) override {
+    kernels::Rope(qkv, n, row_stride, positions, num_q_heads, num_kv_heads, head_dim, theta,
+                  &pool_);
+  }
+  void SiluMul(const float* gate_up, int n, int inter, float* out) override {
+    kernels::SiluMul(gate_up, n, inter, out, &pool_);
+  }
+  void WriteKvCache(const float* k, const float* v, int row_stride, const int64_t* slots, int n,
+                    const KvCacheShape& shape, float* k_cache, float* v_cache) override {
+    kernels::WriteKvCache(k, v, row_stride, slots, n, shape, k_cache, v_cache);
+  }
+  void PagedAttention(const float* q, int q_stride, const AttentionBatch& batch,
+                      const float* k_cache, const float* v_cache, const KvCacheShape& shape,
+                      int num_q_heads, float scale, float* out) override {
+    kernels::PagedAttention(q, q_stride, batch, k_cache, v_cache, shape, num_q_heads, scale,
+                            out, &pool_);
+  }
+  void Add(float* y, const float* x, size_t n) override { kernels::Add(y, x, n, &pool_); }
+
+ private:
+  ThreadPool pool_;
+};
+
+}  // namespace
+
+std::unique_ptr<Backend> MakeCpuBackend(int num_threads) {
+  if (num_threads <= 0) {
+    // The cores this process may run on (containers and taskset narrow it), not all cores.
+    cpu_set_t set;
+    CPU_ZERO(&set);
+    num_threads = sched_getaffinity(0, sizeof(set), &set) == 0
+                      ? CPU_COUNT(&set)
+                      : static_cast<int>(std::thread::hardware_concurrency());
+    num_threads = std::max(num_threads, 1);
+  }
+  return std::make_unique<CpuBackend>(num_threads);
+}
+
+}  // namespace tessera::kernels

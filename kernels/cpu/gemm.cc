@@ -1,0 +1,139 @@
+#include "kernels/cpu/gemm.h"
+
+#include <algorithm>
+#include <cstring>
+
+#include "common/dtype.h"
+#include "kernels/cpu/gemm_microkernels.h"
+
+namespace tessera::kernels {
+
+// The portable path: the shared micro-kernel with one-float "vectors".
+namespace gemm_scalar {
+
+struct V {
+  using Reg = float;
+  static constexpr int kWidth = 1;
+  static constexpr int kMr = 4;
+  static constexpr int kNr = 4;
+
+  static inline Reg Zero() { return 0.0f; }
+  static inline Reg LoadX(const float* p) { return *p; }
+  template <DType D>
+  static inline Reg LoadW(const void* w, int64_t index);
+  static inline Reg Fma(Reg a, Reg b, Reg acc) { return a * b + acc; }
+  static inline float Sum(Reg r) { return r; }
+};
+
+#include "kernels/cpu/gemm_microkernel.inc"
+
+template <DType D>
+inline V::Reg V::LoadW(const void* w, int64_t index) {
+  return LoadWScalar<D>(w, index);
+}
+
+}  // namespace gemm_scalar
+
+namespace gemm_internal {
+const KernelSet& ScalarKernels() {
+  static const KernelSet set = gemm_scalar::MakeKernelSet();
+  return set;
+}
+}  // namespace gemm_internal
+
+namespace {
+
+using gemm_internal::KernelSet;
+
+// Blocking. A tile is kMBlock rows of x against kNBlock rows of W; tiles are the unit of
+// parallel work. Inside a tile, K goes in chunks of kKChunk so the W rows of a micro-tile
+// stay in L1 while every row block of x passes over them, and the tile's x rows stay in
+// L2. Decode (m <= kMBlock) reads each weight row from memory once for all rows of x.
+constexpr int64_t kMBlock = 64;
+constexpr int64_t kNBlock = 16;
+constexpr int64_t kKChunk = 1024;
+// Below this many multiply-adds, waking the pool costs more than it saves.
+constexpr int64_t kMinParallelWork = int64_t{1} << 15;
+
+int DTypeIndex(DType t) {
+  switch (t) {
+    case DType::kF32: return 0;
+    case DType::kF16: return 1;
+    case DType::kBF16: return 2;
+  }
+  return 0;
+}
+
+const KernelSet& KernelsFor(SimdLevel level) {
+  if (level > DetectSimdLevel()) level = SimdLevel::kScalar;
+  switch (level) {
+    case SimdLevel::kAvx512: return gemm_internal::Avx512Kernels();
+    case SimdLevel::kAvx2: return gemm_internal::Avx2Kernels();
+    case SimdLevel::kScalar: break;
+  }
+  return gemm_internal::ScalarKernels();
+}
+
+}  // namespace
+
+void GemmAtLevel(SimdLevel level, const float* x, int64_t m, const MatrixView& w, float* y,
+                 ThreadPool* pool) {
+  const int64_t n = w.rows;
+  const int64_t k = w.cols;
+  if (m <= 0 || n <= 0) return;
+  if (k <= 0) {
+    std::memset(y, 0, static_cast<size_t>(m * n) * sizeof(float));
+    return;
+  }
+  const KernelSet& ks = KernelsFor(level);
+  const int d = DTypeIndex(w.dtype);
+  const size_t elem = DTypeSize(w.dtype);
+  const auto* w_bytes = static_cast<const char*>(w.data);
+
+  // With a single micro-tile of rows, nothing would reuse a K chunk: skip chunking and its
+  // partial-sum stores.
+  const int64_t k_chunk = m <= ks.mr ? k : kKChunk;
+  const int64_t m_block = std::min(m, kMBlock);
+  const int64_t m_tiles = (m + m_block - 1) / m_block;
+  const int64_t n_tiles = (n + kNBlock - 1) / kNBlock;
+
+  auto run_tiles = [&](int64_t tile_begin, int64_t tile_end) {
+    for (int64_t tile = tile_begin; tile < tile_end; ++tile) {
+      // Row block outermost, so threads running at once share the same rows of x.
+      const int64_t m_begin = (tile / n_tiles) * m_block;
+      const int64_t m_end = std::min(m, m_begin + m_block);
+      const int64_t n_begin = (tile % n_tiles) * kNBlock;
+      const int64_t n_end = std::min(n, n_begin + kNBlock);
+      for (int64_t k0 = 0; k0 < k; k0 += k_chunk) {
+        const int64_t kc = std::min(k_chunk, k - k0);
+        const bool accumulate = k0 > 0;
+        for (int64_t n0 = n_begin; n0 < n_end;) {
+          const bool wide = n_end - n0 >= ks.nr;
+          const int64_t nr = wide ? ks.nr : 1;
+          const void* w_rows = w_bytes + static_cast<size_t>(n0 * k) * elem;
+          for (int64_t m0 = m_begin; m0 < m_end;) {
+            const int mr = static_cast<int>(std::min<int64_t>(ks.mr, m_end - m0));
+            ks.fn[d][mr - 1][wide ? 0 : 1](x + m0 * k, k, w_rows, k, k0, kc, y + m0 * n + n0,
+                                           n, accumulate);
+            m0 += mr;
+          }
+          n0 += nr;
+        }
+      }
+    }
+  };
+
+  const int64_t tiles = m_tiles * n_tiles;
+  if (pool == nullptr || pool->num_threads() == 1 || tiles == 1 ||
+      m * n * k < kMinParallelWork) {
+    run_tiles(0, tiles);
+    return;
+  }
+  pool->ParallelFor(tiles, 1, run_tiles);
+}
+
+void Gemm(const float* x, int64_t m, const MatrixView& w, float* y, ThreadPool* pool) {
+  GemmAtLevel(ActiveSimdLevel(), x, m, w, y, pool);
+}
+
+}  // namespace tessera::kernels

@@ -1,0 +1,450 @@
+// Paged attention: a split-K decode kernel + its reduction, and a tiled prefill kernel.
+// Both read K/V through kernels/cuda/paged_index.h; launchers at the end turn head_dim
+// into a template constant.
+#include <algorithm>
+#include <cmath>
+#include <string>
+
+#include "kernels/cuda/device_util.cuh"
+#include "kernels/cuda/launchers.h"
+#include "kernels/cuda/paged_index.h"
+
+namespace tessera::kernels::gpu {
+namespace {
+
+// Arguments both kernels share, passed by value.
+struct AttentionArgs {
+  const float* q;
+  int q_stride;
+  const int32_t* query_start;
+  const int32_t* context_lens;
+  const int32_t* block_tables;
+  int max_blocks_per_seq;
+  int num_seqs;
+  const float* k_cache;
+  const float* v_cache;
+  int block_size;
+  int num_kv_heads;
+  int num_q_heads;
+  float scale;
+  float* out;  // [num_tokens, num_q_heads * head_dim]
+};
+
+// ---------------------------------------------------------------------------------------
+// Split-K kernel. A "group" of kGroup threads handles one key at a time, each thread owning
+// kPerThread consecutive dims (float4 loads, coalesced along the head); the block's groups
+// stride over the partition's keys with an online softmax each, then merge in shared memory.
+constexpr int kSplitThreads = 128;
+
+template <int D>
+struct SplitLayout {
+  static constexpr int kGroup = D / 4 < 32 ? D / 4 : 32;
+  static constexpr int kPerThread = D / kGroup;
+  static constexpr int kGroups = kSplitThreads / kGroup;
+  static_assert(kPerThread % 4 == 0, "float4 loads");
+};
+
+template <int D>
+__global__ void __launch_bounds__(kSplitThreads)
+    AttentionSplitKernel(AttentionArgs a, int partition_size, int num_partitions,
+                         float* part_max, float* part_sum, float* part_acc) {
+  using L = SplitLayout<D>;
+  const int token = blockIdx.x;
+  const int head = blockIdx.y;
+  const int part = blockIdx.z;
+  const int seq = paged::SeqOfToken(a.query_start, a.num_seqs, token);
+  const int q_begin = a.query_start[seq];
+  const int num_new = a.query_start[seq + 1] - q_begin;
+  const int kv_len = paged::TokenPosition(a.context_lens[seq], num_new, token - q_begin) + 1;
+  const int kv_head = paged::KvHeadOf(head, a.num_q_heads, a.num_kv_heads);
+  const int begin = part * partition_size;
+  const int end = min(kv_len, begin + partition_size);
+  const int group = threadIdx.x / L::kGroup;
+  const int d0 = (threadIdx.x % L::kGroup) * L::kPerThread;
+  const int32_t* table = a.block_tables + static_cast<int64_t>(seq) * a.max_blocks_per_seq;
+
+  float qv[L::kPerThread];
+  const float* q_row = a.q + static_cast<int64_t>(token) * a.q_stride + head * D + d0;
+  for (int i = 0; i < L::kPerThread; ++i) qv[i] = q_row[i] * a.scale;
+
+  float m = -INFINITY;
+  float l = 0.0f;
+  float acc[L::kPerThread];
+  for (int i = 0; i < L::kPerThread; ++i) acc[i] = 0.0f;
+
+  // Every thread runs the same number of iterations so the group shuffles stay converged.
+  for (int k0 = begin; k0 < end; k0 += L::kGroups) {
+    const int key = k0 + group;
+    const bool valid = key < end;
+    int64_t off = 0;
+    float s = 0.0f;
+    if (valid) {
+      off = paged::CacheOffset(paged::SlotOf(table, key, a.block_size), a.num_kv_heads, D,
+                               kv_head) + d0;
+      for (int i = 0; i < L::kPerThread; i += 4) {
+        const float4 kk = *reinterpret_cast<const float4*>(a.k_cache + off + i);
+        s += qv[i] * kk.x + qv[i + 1] * kk.y + qv[i + 2] * kk.z + qv[i + 3] * kk.w;
+      }
+    }
+    for (int o = L::kGroup / 2; o > 0; o >>= 1) s += __shfl_xor_sync(kFullMask, s, o);
+    if (valid) {
+      const float m_new = fmaxf(m, s);
+      const float alpha = expf(m - m_new);  // 0 while m is -inf.
+      const float p = expf(s - m_new);
+      l = l * alpha + p;
+      for (int i = 0; i < L::kPerThread; i += 4) {
+        const float4 vv = *reinterpret_cast<const float4*>(a.v_cache + off + i);
+        acc[i] = acc[i] * alpha + p * vv.x;
+        acc[i + 1] = acc[i + 1] * alpha + p * vv.y;
+        acc[i + 2] = acc[i + 2] * alpha + p * vv.z;
+        acc[i + 3] = acc[i + 3] * alpha + p * vv.w;
+      }
+      m = m_new;
+    }
+  }
+
+  __shared__ float s_max[L::kGroups];
+  __shared__ float s_sum[L::kGroups];
+  __shared__ float s_acc[L::kGroups][D];
+  if (threadIdx.x % L::kGroup == 0) {
+    s_max[group] = m;
+    s_sum[group] = l;
+  }
+  for (int i = 0; i < L::kPerThread; ++i) s_acc[group][d0 + i] = acc[i];
+  __syncthreads();
+
+  if (threadIdx.x < D) {
+    const int d = threadIdx.x;
+    float big = -INFINITY;
+    for (int g = 0; g < L::kGroups; ++g) big = fmaxf(big, s_max[g]);
+    float sum = 0.0f;
+    float o = 0.0f;
+    if (big != -INFINITY) {
+      for (int g = 0; g < L::kGroups; ++g) {
+        if (s_max[g] == -INFINITY) continue;
+        const float w = expf(s_max[g] - big);
+        sum += s_sum[g] * w;
+        o += s_acc[g][d] * w;
+      }
+    }
+    const int64_t row = static_cast<int64_t>(token) * a.num_q_heads + head;
+    if (num_partitions == 1) {
+      a.out[row * D + d] = sum > 0.0f ? o / sum : 0.0f;
+    } else {
+      const int64_t idx = row * num_partitions + part;
+      part_acc[idx * D + d] = o;
+      if (d == 0) {
+        part_max[idx] = big;
+        part_sum[idx] = sum;
+      }
+    }
+  }
+}
+
+// Merges the partitions of one (token, head): one thread per dim.
+template <int D>
+__global__ void AttentionSplitReduceKernel(int num_q_heads, int num_partitions,
+                                           const float* part_max, const float* part_sum,
+                                           const float* part_acc, float* out) {
+  const int64_t row = static_cast<int64_t>(blockIdx.x) * num_q_heads + blockIdx.y;
+  const int d = threadIdx.x;
+  const int64_t base = row * num_partitions;
+  float big = -INFINITY;
+  for (int p = 0; p < num_partitions; ++p) big = fmaxf(big, part_max[base + p]);
+  float sum = 0.0f;
+  float o = 0.0f;
+  if (big != -INFINITY) {
+    for (int p = 0; p < num_partitions; ++p) {
+      if (part_max[base + p] == -INFINITY) continue;
+      const float w = expf(part_max[base + p] - big);
+      sum += part_sum[base + p] * w;
+      o += part_acc[(base + p) * D + d] * w;
+    }
+  }
+  out[row * D + d] = sum > 0.0f ? o / sum : 0.0f;
+}
+
+// ---------------------------------------------------------------------------------------
+// Prefill kernel. Block = (tile of kRows consecutive tokens of one sequence, query head);
+// 4 warps each own 4 query rows. Per key tile, lane j scores key j against a row; the PV
+// product broadcasts each lane's probability with shuffles, lane owning dims lane + 32*i.
+constexpr int kPrefillRows = 16;
+constexpr int kPrefillKeys = 32;
+constexpr int kPrefillThreads = 128;
+constexpr int kRowsPerWarp = kPrefillRows / (kPrefillThreads / 32);
+
+template <int D>
+__global__ void __launch_bounds__(kPrefillThreads) AttentionPrefillKernel(AttentionArgs a) {
+  constexpr int kDimsPerLane = (D + 31) / 32;
+  __shared__ float s_q[kPrefillRows][D];
+  __shared__ float s_k[kPrefillKeys][D + 1];  // +1: lanes read different rows, no conflicts.
+  __shared__ float s_v[kPrefillKeys][D];
+  __shared__ int s_seq;
+  __shared__ int s_tile;
+
+  if (threadIdx.x == 0) {
+    // Blocks map to sequences' tiles in order; surplus blocks (the grid is an upper bound)
+    // find none and exit.
+    int b = blockIdx.x;
+    s_seq = -1;
+    for (int s = 0; s < a.num_seqs; ++s) {
+      const int tiles = (a.query_start[s + 1] - a.query_start[s] + kPrefillRows - 1) /
+                        kPrefillRows;
+      if (b < tiles) {
+        s_seq = s;
+        s_tile = b;
+        break;
+      }
+      b -= tiles;
+    }
+  }
+  __syncthreads();
+  if (s_seq < 0) return;
+  const int seq = s_seq;
+  const int head = blockIdx.y;
+  const int q_begin = a.query_start[seq];
+  const int num_new = a.query_start[seq + 1] - q_begin;
+  const int context_len = a.context_lens[seq];
+  const int first = s_tile * kPrefillRows;  // First local token of the tile.
+  const int rows = min(kPrefillRows, num_new - first);
+  const int kv_head = paged::KvHeadOf(head, a.num_q_heads, a.num_kv_heads);
+  const int32_t* table = a.block_tables + static_cast<int64_t>(seq) * a.max_blocks_per_seq;
+  const int kv_end = paged::TokenPosition(context_len, num_new, first + rows - 1) + 1;
+
+  for (int e = threadIdx.x; e < kPrefillRows * D; e += kPrefillThreads) {
+    const int r = e / D;
+    const int d = e % D;
+    s_q[r][d] = r < rows ? a.q[static_cast<int64_t>(q_begin + first + r) * a.q_stride +
+                               head * D + d] * a.scale
+                         : 0.0f;
+  }
+
+  const int warp = threadIdx.x / 32;
+  const int lane = threadIdx.x % 32;
+  float m[kRowsPerWarp];
+  float l[kRowsPerWarp];
+  float acc[kRowsPerWarp][kDimsPerLane];
+  int pos[kRowsPerWarp];
+  for (int rr = 0; rr < kRowsPerWarp; ++rr) {
+    m[rr] = -INFINITY;
+    l[rr] = 0.0f;
+    for (int i = 0; i < kDimsPerLane; ++i) acc[rr][i] = 0.0f;
+    pos[rr] = paged::TokenPosition(context_len, num_new, first + warp * kRowsPerWarp + rr);
+  }
+
+  for (int k0 = 0; k0 < kv_end; k0 += kPrefillKeys) {
+    __syncthreads();  // The previous tile is consumed (and s_q is complete).
+    for (int e = threadIdx.x; e < kPrefillKeys * D; e += kPrefillThreads) {
+      const int j = e / D;
+      const int d = e % D;
+      const int key = k0 + j;
+      float kv = 0.0f;
+      float vv = 0.0f;
+      if (key < kv_end) {
+        const int64_t off = paged::CacheOffset(paged::SlotOf(table, key, a.block_size),
+                                               a.num_kv_heads, D, kv_head) + d;
+        kv = a.k_cache[off];
+        vv = a.v_cache[off];
+      }
+      s_k[j][d] = kv;
+      s_v[j][d] = vv;
+    }
+    __syncthreads();
+
+    for (int rr = 0; rr < kRowsPerWarp; ++rr) {
+      const int r = warp * kRowsPerWarp + rr;
+      if (r >= rows) break;  // Same r for the whole warp.
+      const int key = k0 + lane;
+      float s = -INFINITY;
+      if (key <= pos[rr]) {
+        float dot = 0.0f;
+        for (int d = 0; d < D; ++d) dot += s_q[r][d] * s_k[lane][d];
+        s = dot;
+      }
+      const float tile_max = WarpMax(s);
+      if (tile_max == -INFINITY) continue;  // Whole tile masked for this row (warp-uniform).
+      const float m_new = fmaxf(m[rr], tile_max);
+      const float alpha = expf(m[rr] - m_new);
+      const float p = s == -INFINITY ? 0.0f : expf(s - m_new);
+      l[rr] = l[rr] * alpha + WarpSum(p);
+      for (int i = 0; i < kDimsPerLane; ++i) acc[rr][i] *= alpha;
+      for (int j = 0; j < kPrefillKeys; ++j) {
+        const float pj = __shfl_sync(kFullMask, p, j);
+        for (int i = 0; i < kDimsPerLane; ++i) {
+          const int d = lane + 32 * i;
+          if (d < D) acc[rr][i] += pj * s_v[j][d];
+        }
+      }
+      m[rr] = m_new;
+    }
+  }
+
+  for (int rr = 0; rr < kRowsPerWarp; ++rr) {
+    const int r = warp * kRowsPerWarp + rr;
+    if (r >= rows) break;
+    float* o = a.out + (static_cast<int64_t>(q_begin + first + r) * a.num_q_heads + head) * D;
+    for (int i = 0; i < kDimsPerLane; ++i) {
+      const int d = lane + 32 * i;
+      if (d < D) o[d] = l[rr] > 0.0f ? acc[rr][i] / l[rr] : 0.0f;
+    }
+  }
+}
+
+// ---------------------------------------------------------------------------------------
+bool CheckShapes(const char* what, const AttentionBatch& batch, const KvCacheShape& shape,
+                 int num_q_heads, std::string* error) {
+  if (!AttentionHeadDimSupported(shape.head_dim)) {
+    return Fail(error, std::string(what) + ": head_dim " + std::to_string(shape.head_dim) +
+                           " is not supported (supported: 8, 16, 32, 64, 128)");
+  }
+  if (shape.num_kv_heads <= 0 || num_q_heads <= 0 || num_q_heads % shape.num_kv_heads != 0) {
+    return Fail(error, std::string(what) + ": num_q_heads " + std::to_string(num_q_heads) +
+                           " is not a positive multiple of num_kv_heads " +
+                           std::to_string(shape.num_kv_heads));
+  }
+  if (shape.block_size <= 0) {
+    return Fail(error, std::string(what) + ": block_size " + std::to_string(shape.block_size) +
+                           " must be positive");
+  }
+  if (batch.num_tokens > 65535 * 1024 || num_q_heads > 65535) {
+    return Fail(error, std::string(what) + ": grid too large (num_tokens " +
+                           std::to_string(batch.num_tokens) + ", num_q_heads " +
+                           std::to_string(num_q_heads) + ")");
+  }
+  return true;
+}
+
+AttentionArgs MakeArgs(const float* q, int q_stride, const AttentionBatch& batch,
+                       const float* k_cache, const float* v_cache, const KvCacheShape& shape,
+                       int num_q_heads, float scale, float* out) {
+  return AttentionArgs{q,
+                       q_stride,
+                       batch.query_start,
+                       batch.context_lens,
+                       batch.block_tables,
+                       batch.max_blocks_per_seq,
+                       batch.num_seqs,
+                       k_cache,
+                       v_cache,
+                       shape.block_size,
+                       shape.num_kv_heads,
+                       num_q_heads,
+                       scale,
+                       out};
+}
+
+// Keys a sequence may hold at most: the width of its block-table row.
+int MaxKeys(const AttentionBatch& batch, const KvCacheShape& shape) {
+  return std::max(1, batch.max_blocks_per_seq * shape.block_size);
+}
+
+int PickPartitionSize(const AttentionBatch& batch, const KvCacheShape& shape, int num_q_heads,
+                      int requested) {
+  const int max_keys = MaxKeys(batch, shape);
+  if (requested > 0) return requested;
+  // Aim for about two waves of blocks on a large GPU; never split below 64 keys.
+  constexpr int64_t kTargetBlocks = 264;
+  const int64_t rows = std::max<int64_t>(1, static_cast<int64_t>(batch.num_tokens) * num_q_heads);
+  int64_t parts = (kTargetBlocks + rows - 1) / rows;
+  parts = std::min<int64_t>(parts, (max_keys + 63) / 64);
+  parts = std::max<int64_t>(parts, 1);
+  return static_cast<int>((max_keys + parts - 1) / parts);
+}
+
+template <int D>
+bool LaunchSplitFor(const AttentionArgs& args, int num_tokens, int partition_size,
+                    int num_partitions, float* workspace, cudaStream_t stream,
+                    std::string* error) {
+  const int64_t rows = static_cast<int64_t>(num_tokens) * args.num_q_heads;
+  float* part_max = workspace;
+  float* part_sum = part_max + rows * num_partitions;
+  float* part_acc = part_sum + rows * num_partitions;
+  const dim3 grid(num_tokens, args.num_q_heads, num_partitions);
+  AttentionSplitKernel<D><<<grid, kSplitThreads, 0, stream>>>(args, partition_size,
+                                                              num_partitions, part_max,
+                                                              part_sum, part_acc);
+  if (!CheckLaunch("PagedAttentionSplit", error)) return false;
+  if (num_partitions > 1) {
+    AttentionSplitReduceKernel<D><<<dim3(num_tokens, args.num_q_heads), D, 0, stream>>>(
+        args.num_q_heads, num_partitions, part_max, part_sum, part_acc, args.out);
+    return CheckLaunch("PagedAttentionSplitReduce", error);
+  }
+  return true;
+}
+
+template <int D>
+bool LaunchPrefillFor(const AttentionArgs& args, int num_tokens, cudaStream_t stream,
+                      std::string* error) {
+  // Tiles never straddle sequences, so each sequence adds at most one partial tile.
+  const int tiles = (num_tokens + kPrefillRows - 1) / kPrefillRows + args.num_seqs;
+  AttentionPrefillKernel<D><<<dim3(tiles, args.num_q_heads), kPrefillThreads, 0, stream>>>(
+      args);
+  return CheckLaunch("PagedAttentionPrefill", error);
+}
+
+}  // namespace
+
+bool AttentionHeadDimSupported(int head_dim) {
+  return head_dim == 8 || head_dim == 16 || head_dim == 32 || head_dim == 64 || head_dim == 128;
+}
+
+size_t AttentionSplitWorkspaceBytes(const AttentionBatch& batch, const KvCacheShape& shape,
+                                    int num_q_heads, int partition_size) {
+  const int size = PickPartitionSize(batch, shape, num_q_heads, partition_size);
+  const int64_t parts = (MaxKeys(batch, shape) + size - 1) / size;
+  if (parts <= 1) return 0;
+  const int64_t rows = static_cast<int64_t>(batch.num_tokens) * num_q_heads * parts;
+  return static_cast<size_t>(rows) * (2 + std::max(shape.head_dim, 0)) * sizeof(float);
+}
+
+bool LaunchPagedAttentionSplit(const float* q, int q_stride, const AttentionBatch& batch,
+                               const float* k_cache, const float* v_cache,
+                               const KvCacheShape& shape, int num_q_heads, float scale,
+                               int partition_size, void* workspace, size_t workspace_bytes,
+                               float* out, cudaStream_t stream, std::string* error) {
+  if (batch.num_tokens <= 0) return true;
+  if (!CheckShapes("PagedAttentionSplit", batch, shape, num_q_heads, error)) return false;
+  const int size = PickPartitionSize(batch, shape, num_q_heads, partition_size);
+  const int64_t parts = (MaxKeys(batch, shape) + size - 1) / size;
+  if (parts > 65535) {
+    return Fail(error, "PagedAttentionSplit: " + std::to_string(parts) +
+                           " partitions exceed the grid limit; use a larger partition_size");
+  }
+  const size_t needed = AttentionSplitWorkspaceBytes(batch, shape, num_q_heads, partition_size);
+  if (workspace_bytes < needed || (needed > 0 && workspace == nullptr)) {
+    return Fail(error, "PagedAttentionSplit: workspace of " + std::to_string(workspace_bytes) +
+                           " bytes, " + std::to_string(needed) + " needed");
+  }
+  const AttentionArgs args =
+      MakeArgs(q, q_stride, batch, k_cache, v_cache, shape, num_q_heads, scale, out);
+  float* ws = static_cast<float*>(workspace);
+  const int p = static_cast<int>(parts);
+  switch (shape.head_dim) {
+    case 8: return LaunchSplitFor<8>(args, batch.num_tokens, size, p, ws, stream, error);
+    case 16: return LaunchSplitFor<16>(args, batch.num_tokens, size, p, ws, stream, error);
+    case 32: return LaunchSplitFor<32>(args, batch.num_tokens, size, p, ws, stream, error);
+    case 64: return LaunchSplitFor<64>(args, batch.num_tokens, size, p, ws, stream, error);
+    case 128: return LaunchSplitFor<128>(args, batch.num_tokens, size, p, ws, stream, error);
+  }
+  return Fail(error, "PagedAttentionSplit: unreachable head_dim");
+}
+
+bool LaunchPagedAttentionPrefill(const float* q, int q_stride, const AttentionBatch& batch,
+                                 const float* k_cache, const float* v_cache,
+                                 const KvCacheShape& shape, int num_q_heads, float scale,
+                                 float* out, cudaStream_t stream, std::string* error) {
+  if (batch.num_tokens <= 0) return true;
+  if (!CheckShapes("PagedAttentionPrefill", batch, shape, num_q_heads, error)) return false;
+  const AttentionArgs args =
+      MakeArgs(q, q_stride, batch, k_cache, v_cache, shape, num_q_heads, scale, out);
+  switch (shape.head_dim) {
+    case 8: return LaunchPrefillFor<8>(args, batch.num_tokens, stream, error);
+    case 16: return LaunchPrefillFor<16>(args, batch.num_tokens, stream, error);
+    case 32: return LaunchPrefillFor<32>(args, batch.num_tokens, stream, error);
+    case 64: return LaunchPrefillFor<64>(args, batch.num_tokens, stream, error);
+    case 128: return LaunchPrefillFor<128>(args, batch.num_tokens, stream, error);
+  }
+  return Fail(error, "PagedAttentionPrefill: unreachable head_dim");
+}
+
+}  // namespace tessera::kernels::gpu

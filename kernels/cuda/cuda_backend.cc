@@ -1,0 +1,303 @@
+#include "kernels/cuda/cuda_backend.h"
+
+#include <algorithm>
+#include <cstdio>
+#include <string>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+
+namespace tessera::kernels {
+namespace {
+
+// 32 MiB: what cuBLASLt recommends on Hopper for its larger kernels.
+constexpr size_t kCublasWorkspaceBytes = size_t{32} << 20;
+
+}  // namespace
+
+absl::StatusOr<int> CudaDeviceCount() {
+  int count = 0;
+  const cudaError_t err = cudaGetDeviceCount(&count);
+  if (err != cudaSuccess) {
+    cudaGetLastError();  // Not sticky; keep it out of later launch checks.
+    return absl::UnavailableError(absl::StrCat("cudaGetDeviceCount failed: ",
+                                               cudaGetErrorName(err), " (",
+                                               cudaGetErrorString(err), ")"));
+  }
+  return count;
+}
+
+absl::StatusOr<std::unique_ptr<CudaBackend>> CudaBackend::Create(int device) {
+  absl::StatusOr<int> count = CudaDeviceCount();
+  if (!count.ok()) return count.status();
+  if (device < 0 || device >= *count) {
+    return absl::NotFoundError(absl::StrCat("CUDA device ", device, " does not exist (",
+                                            *count, " device(s) visible)"));
+  }
+  if (const cudaError_t e = cudaSetDevice(device); e != cudaSuccess) {
+    return absl::InternalError(absl::StrCat("cudaSetDevice(", device,
+                                            ") failed: ", cudaGetErrorString(e)));
+  }
+  cudaStream_t stream = nullptr;
+  if (const cudaError_t e = cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking);
+      e != cudaSuccess) {
+    return absl::InternalError(absl::StrCat("cudaStreamCreate on device ", device,
+                                            " failed: ", cudaGetErrorString(e)));
+  }
+  absl::StatusOr<std::unique_ptr<CublasLtGemm>> gemm =
+      CublasLtGemm::Create(kCublasWorkspaceBytes);
+  if (!gemm.ok()) {
+    cudaStreamDestroy(stream);
+    return gemm.status();
+  }
+  return std::unique_ptr<CudaBackend>(new CudaBackend(device, stream, *std::move(gemm)));
+}
+
+absl::StatusOr<std::unique_ptr<CudaBackend>> MakeCudaBackend(int device) {
+  return CudaBackend::Create(device);
+}
+
+CudaBackend::~CudaBackend() {
+  cudaStreamSynchronize(stream_);
+  gemm_.reset();
+  for (Scratch* s : {&activations_, &attention_, &sampling_}) {
+    if (s->data != nullptr) cudaFree(s->data);
+  }
+  cudaStreamDestroy(stream_);
+}
+
+void CudaBackend::Record(absl::Status status) {
+  if (status.ok() || !first_error_.ok()) return;
+  std::fprintf(stderr, "tessera cuda backend (device %d): %s\n", device_,
+               std::string(status.message()).c_str());
+  first_error_ = std::move(status);
+}
+
+void CudaBackend::RecordLaunch(bool ok, const std::string& error) {
+  if (!ok) Record(absl::InternalError(error));
+}
+
+void CudaBackend::RecordCuda(cudaError_t err, const char* what) {
+  if (err == cudaSuccess) return;
+  Record(absl::InternalError(absl::StrCat(what, " failed: ", cudaGetErrorName(err), " (",
+                                          cudaGetErrorString(err), ")")));
+}
+
+void* CudaBackend::Ensure(Scratch& scratch, size_t bytes, const char* what) {
+  if (bytes <= scratch.bytes) return scratch.data;
+  if (scratch.data != nullptr) {
+    // Kernels queued on the stream may still read the old buffer.
+    RecordCuda(cudaStreamSynchronize(stream_), "cudaStreamSynchronize");
+    cudaFree(scratch.data);
+    scratch = Scratch{};
+  }
+  const size_t grown = bytes + bytes / 2;
+  if (const cudaError_t e = cudaMalloc(&scratch.data, grown); e != cudaSuccess) {
+    cudaGetLastError();
+    scratch = Scratch{};
+    Record(absl::ResourceExhaustedError(
+        absl::StrCat("cudaMalloc of ", grown, " bytes for ", what, " failed: ",
+                     cudaGetErrorString(e))));
+    return nullptr;
+  }
+  scratch.bytes = grown;
+  return scratch.data;
+}
+
+void* CudaBackend::Allocate(size_t bytes) {
+  void* ptr = nullptr;
+  if (cudaMalloc(&ptr, bytes == 0 ? 1 : bytes) != cudaSuccess) {
+    cudaGetLastError();  // Out of memory is reported by the nullptr, not later launches.
+    return nullptr;
+  }
+  return ptr;
+}
+
+void CudaBackend::Free(void* ptr) {
+  if (ptr != nullptr) RecordCuda(cudaFree(ptr), "cudaFree");
+}
+
+void CudaBackend::CopyToDevice(void* dst, const void* host_src, size_t bytes) {
+  if (bytes == 0) return;
+  RecordCuda(cudaMemcpyAsync(dst, host_src, bytes, cudaMemcpyHostToDevice, stream_),
+             "cudaMemcpyAsync host to device");
+  // The caller may reuse host_src as soon as we return.
+  RecordCuda(cudaStreamSynchronize(stream_), "cudaStreamSynchronize after a copy to device");
+}
+
+void CudaBackend::CopyToHost(void* host_dst, const void* src, size_t bytes) {
+  if (bytes == 0) return;
+  RecordCuda(cudaMemcpyAsync(host_dst, src, bytes, cudaMemcpyDeviceToHost, stream_),
+             "cudaMemcpyAsync device to host");
+  RecordCuda(cudaStreamSynchronize(stream_), "cudaStreamSynchronize after a copy to host");
+}
+
+void CudaBackend::Synchronize() {
+  RecordCuda(cudaStreamSynchronize(stream_), "cudaStreamSynchronize");
+}
+
+size_t CudaBackend::FreeMemoryBytes() const {
+  size_t free_bytes = 0;
+  size_t total_bytes = 0;
+  if (cudaMemGetInfo(&free_bytes, &total_bytes) != cudaSuccess) {
+    cudaGetLastError();
+    return 0;
+  }
+  return free_bytes;
+}
+
+void CudaBackend::EmbeddingGather(const int32_t* ids, int n, MatrixView table,
+                                  int64_t vocab_begin, float* out) {
+  std::string error;
+  RecordLaunch(gpu::LaunchEmbeddingGather(ids, n, table, vocab_begin, out, stream_, &error),
+               error);
+}
+
+void CudaBackend::RmsNorm(const float* x, const float* weight, int n, int dim, float eps,
+                          float* out) {
+  std::string error;
+  RecordLaunch(gpu::LaunchRmsNorm(x, weight, n, dim, eps, out, stream_, &error), error);
+}
+
+void CudaBackend::AddRmsNorm(float* hidden, const float* delta, const float* weight, int n,
+                             int dim, float eps, float* out) {
+  std::string error;
+  RecordLaunch(gpu::LaunchAddRmsNorm(hidden, delta, weight, n, dim, eps, out, stream_, &error),
+               error);
+}
+
+void CudaBackend::Gemm(const float* x, int64_t m, MatrixView w, float* y) {
+  if (m <= 0 || w.rows <= 0) return;
+  if (w.cols <= 0) {  // An empty sum.
+    RecordCuda(cudaMemsetAsync(y, 0, static_cast<size_t>(m * w.rows) * sizeof(float), stream_),
+               "cudaMemsetAsync for a K=0 GEMM");
+    return;
+  }
+  if (w.dtype != DType::kF32 && m <= gpu::kGemvMaxRows) {
+    std::string error;
+    RecordLaunch(gpu::LaunchGemv(x, static_cast<int>(m), w, y, stream_, &error), error);
+    return;
+  }
+  const void* lhs = x;
+  if (w.dtype != DType::kF32) {
+    const size_t elements = static_cast<size_t>(m * w.cols);
+    void* converted = Ensure(activations_, elements * DTypeSize(w.dtype), "GEMM activations");
+    if (converted == nullptr) return;
+    std::string error;
+    if (!gpu::LaunchConvertF32(x, elements, w.dtype, converted, stream_, &error)) {
+      RecordLaunch(false, error);
+      return;
+    }
+    lhs = converted;
+  }
+  absl::Status status = gemm_->Matmul(lhs, w.data, w.dtype, m, w.rows, w.cols, y, stream_);
+  if (absl::IsUnimplemented(status) && w.dtype != DType::kF32) {
+    // cuBLASLt has no kernel for this alignment (a weight slice at an odd offset): fall back
+    // to the GEMV kernel, 8 rows at a time. Slow, but correct.
+    for (int64_t row = 0; row < m; row += gpu::kGemvMaxRows) {
+      const int rows = static_cast<int>(std::min<int64_t>(gpu::kGemvMaxRows, m - row));
+      std::string error;
+      if (!gpu::LaunchGemv(x + row * w.cols, rows, w, y + row * w.rows, stream_, &error)) {
+        RecordLaunch(false, error);
+        return;
+      }
+    }
+    return;
+  }
+  Record(std::move(status));
+}
+
+void CudaBackend::Rope(float* qkv, int n, int row_stride, const int32_t* positions,
+                       int num_q_heads, int num_kv_heads, int head_dim, float theta) {
+  std::string error;
+  RecordLaunch(gpu::LaunchRope(qkv, n, row_stride, positions, num_q_heads, num_kv_heads,
+                               head_dim, theta, stream_, &error),
+               error);
+}
+
+void CudaBackend::SiluMul(const float* gate_up, int n, int inter, float* out) {
+  std::string error;
+  RecordLaunch(gpu::LaunchSiluMul(gate_up, n, inter, out, stream_, &error), error);
+}
+
+void CudaBackend::WriteKvCache(const float* k, const float* v, int row_stride,
+                               const int64_t* slots, int n, const KvCacheShape& shape,
+                               float* k_cache, float* v_cache) {
+  std::string error;
+  RecordLaunch(gpu::LaunchWriteKvCache(k, v, row_stride, slots, n, shape, k_cache, v_cache,
+                                       stream_, &error),
+               error);
+}
+
+void CudaBackend::PagedAttention(const float* q, int q_stride, const AttentionBatch& batch,
+                                 const float* k_cache, const float* v_cache,
+                                 const KvCacheShape& shape, int num_q_heads, float scale,
+                                 float* out) {
+  std::string error;
+  if (batch.num_tokens == batch.num_seqs) {
+    const size_t bytes = gpu::AttentionSplitWorkspaceBytes(batch, shape, num_q_heads, 0);
+    void* workspace = nullptr;
+    if (bytes > 0) {
+      workspace = Ensure(attention_, bytes, "attention partials");
+      if (workspace == nullptr) return;
+    }
+    RecordLaunch(gpu::LaunchPagedAttentionSplit(q, q_stride, batch, k_cache, v_cache, shape,
+                                                num_q_heads, scale, 0, workspace, bytes, out,
+                                                stream_, &error),
+                 error);
+    return;
+  }
+  RecordLaunch(gpu::LaunchPagedAttentionPrefill(q, q_stride, batch, k_cache, v_cache, shape,
+                                                num_q_heads, scale, out, stream_, &error),
+               error);
+}
+
+void CudaBackend::Add(float* y, const float* x, size_t n) {
+  std::string error;
+  RecordLaunch(gpu::LaunchAdd(y, x, n, stream_, &error), error);
+}
+
+absl::Status CudaBackend::SampleGreedy(const float* logits, int rows, int vocab,
+                                       int32_t* tokens, float* logprobs) {
+  std::string error;
+  if (!gpu::LaunchArgmax(logits, rows, vocab, tokens, logprobs, stream_, &error)) {
+    return absl::InvalidArgumentError(error);
+  }
+  if (const cudaError_t e = cudaStreamSynchronize(stream_); e != cudaSuccess) {
+    return absl::InternalError(absl::StrCat("greedy sampling of ", rows, " rows failed: ",
+                                            cudaGetErrorString(e)));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status CudaBackend::Sample(const float* logits, int rows, int vocab,
+                                 absl::Span<const gpu::SamplingRowParams> params,
+                                 int32_t* tokens, float* logprobs) {
+  if (params.size() != static_cast<size_t>(rows)) {
+    return absl::InvalidArgumentError(absl::StrCat("Sample: ", params.size(),
+                                                   " parameter rows for ", rows,
+                                                   " logits rows"));
+  }
+  if (rows <= 0) return absl::OkStatus();
+  const size_t bytes = params.size() * sizeof(gpu::SamplingRowParams);
+  void* device_params = Ensure(sampling_, bytes, "sampling parameters");
+  if (device_params == nullptr) return first_error_;
+  if (const cudaError_t e = cudaMemcpyAsync(device_params, params.data(), bytes,
+                                            cudaMemcpyHostToDevice, stream_);
+      e != cudaSuccess) {
+    return absl::InternalError(absl::StrCat("copying sampling parameters failed: ",
+                                            cudaGetErrorString(e)));
+  }
+  std::string error;
+  if (!gpu::LaunchSample(logits, rows, vocab, static_cast<gpu::SamplingRowParams*>(device_params),
+                         tokens, logprobs, stream_, &error)) {
+    return absl::InvalidArgumentError(error);
+  }
+  if (const cudaError_t e = cudaStreamSynchronize(stream_); e != cudaSuccess) {
+    return absl::InternalError(absl::StrCat("sampling of ", rows, " rows failed: ",
+                                            cudaGetErrorString(e)));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace tessera::kernels

@@ -1,0 +1,111 @@
+#ifndef TESSERA_KERNELS_CUDA_CUDA_BACKEND_H_
+#define TESSERA_KERNELS_CUDA_CUDA_BACKEND_H_
+
+#include <cuda_runtime.h>
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <string_view>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/types/span.h"
+#include "kernels/backend.h"
+#include "kernels/cuda/cublaslt_gemm.h"
+#include "kernels/cuda/launchers.h"
+
+namespace tessera::kernels {
+
+// Number of usable CUDA devices; an error (never a crash) when the driver or devices are
+// missing, saying what the runtime reported.
+absl::StatusOr<int> CudaDeviceCount();
+
+// The CUDA backend on one device: one stream (every op is enqueued on it, in call order), a
+// cuBLASLt handle with its workspace, and scratch buffers grown on demand. Ops are
+// asynchronous; Copy*, Synchronize and the sampling calls wait for the stream.
+// Backend ops return void, so the first failure (an unsupported shape, a CUDA error) is
+// kept and reported by status() and printed once to stderr; later ops still run.
+// Not thread-safe: one worker thread drives one backend.
+class CudaBackend final : public Backend {
+ public:
+  // Fails with a clear status when `device` does not exist or cannot be initialised.
+  static absl::StatusOr<std::unique_ptr<CudaBackend>> Create(int device);
+  ~CudaBackend() override;
+  CudaBackend(const CudaBackend&) = delete;
+  CudaBackend& operator=(const CudaBackend&) = delete;
+
+  std::string_view name() const override { return "cuda"; }
+
+  void* Allocate(size_t bytes) override;
+  void Free(void* ptr) override;
+  void CopyToDevice(void* dst, const void* host_src, size_t bytes) override;
+  void CopyToHost(void* host_dst, const void* src, size_t bytes) override;
+  void Synchronize() override;
+  size_t FreeMemoryBytes() const override;
+
+  void EmbeddingGather(const int32_t* ids, int n, MatrixView table, int64_t vocab_begin,
+                       float* out) override;
+  void RmsNorm(const float* x, const float* weight, int n, int dim, float eps,
+               float* out) override;
+  void AddRmsNorm(float* hidden, const float* delta, const float* weight, int n, int dim,
+                  float eps, float* out) override;
+  // m <= 8 with BF16/F16 weights: the GEMV kernel (activations stay float32). Otherwise
+  // cuBLASLt: F32 exact, BF16/F16 after rounding the activations to the weight dtype.
+  void Gemm(const float* x, int64_t m, MatrixView w, float* y) override;
+  void Rope(float* qkv, int n, int row_stride, const int32_t* positions, int num_q_heads,
+            int num_kv_heads, int head_dim, float theta) override;
+  void SiluMul(const float* gate_up, int n, int inter, float* out) override;
+  void WriteKvCache(const float* k, const float* v, int row_stride, const int64_t* slots, int n,
+                    const KvCacheShape& shape, float* k_cache, float* v_cache) override;
+  // Pure decode batches (one token per sequence) use the split-K kernel, others the tiled
+  // prefill kernel.
+  void PagedAttention(const float* q, int q_stride, const AttentionBatch& batch,
+                      const float* k_cache, const float* v_cache, const KvCacheShape& shape,
+                      int num_q_heads, float scale, float* out) override;
+  void Add(float* y, const float* x, size_t n) override;
+
+  // ---- Beyond the Backend interface.
+  // Sampling over device logits [rows, vocab]; tokens (and logprobs, nullable) are device
+  // buffers of `rows` entries. `params` is host memory, one entry per row.
+  absl::Status SampleGreedy(const float* logits, int rows, int vocab, int32_t* tokens,
+                            float* logprobs);
+  absl::Status Sample(const float* logits, int rows, int vocab,
+                      absl::Span<const gpu::SamplingRowParams> params, int32_t* tokens,
+                      float* logprobs);
+
+  // The first error since creation (OK if none).
+  absl::Status status() const { return first_error_; }
+  cudaStream_t stream() const { return stream_; }
+  int device() const { return device_; }
+
+ private:
+  // A device buffer that only grows.
+  struct Scratch {
+    void* data = nullptr;
+    size_t bytes = 0;
+  };
+
+  CudaBackend(int device, cudaStream_t stream, std::unique_ptr<CublasLtGemm> gemm)
+      : device_(device), stream_(stream), gemm_(std::move(gemm)) {}
+  void* Ensure(Scratch& scratch, size_t bytes, const char* what);
+  void Record(absl::Status status);
+  void RecordLaunch(bool ok, const std::string& error);
+  void RecordCuda(cudaError_t err, const char* what);
+
+  int device_;
+  cudaStream_t stream_;
+  std::unique_ptr<CublasLtGemm> gemm_;
+  Scratch activations_;  // GEMM inputs rounded to BF16/F16.
+  Scratch attention_;    // Split-K partials.
+  Scratch sampling_;     // Per-row sampling parameters.
+  absl::Status first_error_;
+};
+
+// Convenience for callers that only need the Backend interface.
+absl::StatusOr<std::unique_ptr<CudaBackend>> MakeCudaBackend(int device);
+
+}  // namespace tessera::kernels
+
+#endif  // TESSERA_KERNELS_CUDA_CUDA_BACKEND_H_

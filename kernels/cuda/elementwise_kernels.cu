@@ -1,0 +1,223 @@
+// Row and element-wise ops of the Backend interface. Kernel bodies first, launchers after.
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
+#include <cmath>
+#include <string>
+
+#include "kernels/cuda/device_util.cuh"
+#include "kernels/cuda/launchers.h"
+
+namespace tessera::kernels::gpu {
+namespace {
+
+constexpr int kThreads = 256;
+
+template <typename T>
+__global__ void EmbeddingGatherKernel(const int32_t* ids, int n, const T* table, int64_t rows,
+                                      int64_t hidden, int64_t vocab_begin, float* out) {
+  const int64_t total = static_cast<int64_t>(n) * hidden;
+  for (int64_t e = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; e < total;
+       e += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    const int64_t i = e / hidden;
+    const int64_t j = e % hidden;
+    const int64_t local = static_cast<int64_t>(ids[i]) - vocab_begin;
+    out[e] = (local >= 0 && local < rows) ? ToFloat(table[local * hidden + j]) : 0.0f;
+  }
+}
+
+// One block per row. With `delta`, hidden += delta first and is written back; the norm is
+// taken of the updated row. Each thread reads and writes only its own columns, so `out`
+// may alias `x`.
+__global__ void RmsNormKernel(const float* x, float* hidden, const float* delta,
+                              const float* weight, int dim, float eps, float* out) {
+  __shared__ float scratch[32];
+  const int64_t row = blockIdx.x;
+  const float* in = x != nullptr ? x + row * dim : hidden + row * dim;
+  float sum_sq = 0.0f;
+  for (int j = threadIdx.x; j < dim; j += blockDim.x) {
+    float v = in[j];
+    if (delta != nullptr) {
+      v += delta[row * dim + j];
+      hidden[row * dim + j] = v;
+    }
+    sum_sq += v * v;
+  }
+  const float total = BlockSum(sum_sq, scratch);
+  const float inv_rms = 1.0f / sqrtf(total / static_cast<float>(dim) + eps);
+  for (int j = threadIdx.x; j < dim; j += blockDim.x) {
+    out[row * dim + j] = in[j] * inv_rms * weight[j];
+  }
+}
+
+// One thread per rotated pair (i, i + head_dim / 2). The angle is computed in double:
+// float32 angles drift by ~1e-4 rad at positions in the thousands.
+__global__ void RopeKernel(float* qkv, int n, int row_stride, const int32_t* positions,
+                           int heads, int head_dim, float theta) {
+  const int half = head_dim / 2;
+  const int64_t total = static_cast<int64_t>(n) * heads * half;
+  for (int64_t e = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; e < total;
+       e += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    const int i = static_cast<int>(e % half);
+    const int h = static_cast<int>((e / half) % heads);
+    const int64_t t = e / half / heads;
+    const double inv_freq = pow(static_cast<double>(theta), -2.0 * i / head_dim);
+    double s, c;
+    sincos(static_cast<double>(positions[t]) * inv_freq, &s, &c);
+    float* p = qkv + t * row_stride + static_cast<int64_t>(h) * head_dim;
+    const float x1 = p[i];
+    const float x2 = p[i + half];
+    p[i] = static_cast<float>(x1 * c - x2 * s);
+    p[i + half] = static_cast<float>(x2 * c + x1 * s);
+  }
+}
+
+__global__ void SiluMulKernel(const float* gate_up, int n, int inter, float* out) {
+  const int64_t total = static_cast<int64_t>(n) * inter;
+  for (int64_t e = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; e < total;
+       e += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    const int64_t i = e / inter;
+    const int64_t j = e % inter;
+    const float g = gate_up[i * 2 * inter + j];
+    const float u = gate_up[i * 2 * inter + inter + j];
+    out[e] = g / (1.0f + expf(-g)) * u;
+  }
+}
+
+__global__ void WriteKvCacheKernel(const float* k, const float* v, int row_stride,
+                                   const int64_t* slots, int n, int64_t width, int64_t num_slots,
+                                   float* k_cache, float* v_cache) {
+  const int64_t total = static_cast<int64_t>(n) * width;
+  for (int64_t e = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; e < total;
+       e += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    const int64_t i = e / width;
+    const int64_t j = e % width;
+    const int64_t slot = slots[i];
+    if (slot < 0 || slot >= num_slots) continue;
+    k_cache[slot * width + j] = k[i * row_stride + j];
+    v_cache[slot * width + j] = v[i * row_stride + j];
+  }
+}
+
+__global__ void AddKernel(float* y, const float* x, size_t n) {
+  for (size_t e = blockIdx.x * static_cast<size_t>(blockDim.x) + threadIdx.x; e < n;
+       e += static_cast<size_t>(gridDim.x) * blockDim.x) {
+    y[e] += x[e];
+  }
+}
+
+template <typename T>
+__global__ void ConvertKernel(const float* src, size_t n, T* dst);
+template <>
+__global__ void ConvertKernel<__nv_bfloat16>(const float* src, size_t n, __nv_bfloat16* dst) {
+  for (size_t e = blockIdx.x * static_cast<size_t>(blockDim.x) + threadIdx.x; e < n;
+       e += static_cast<size_t>(gridDim.x) * blockDim.x) {
+    dst[e] = __float2bfloat16_rn(src[e]);
+  }
+}
+template <>
+__global__ void ConvertKernel<__half>(const float* src, size_t n, __half* dst) {
+  for (size_t e = blockIdx.x * static_cast<size_t>(blockDim.x) + threadIdx.x; e < n;
+       e += static_cast<size_t>(gridDim.x) * blockDim.x) {
+    dst[e] = __float2half_rn(src[e]);
+  }
+}
+
+}  // namespace
+
+bool LaunchEmbeddingGather(const int32_t* ids, int n, MatrixView table, int64_t vocab_begin,
+                           float* out, cudaStream_t stream, std::string* error) {
+  if (n <= 0) return true;
+  const int64_t total = static_cast<int64_t>(n) * table.cols;
+  const unsigned grid = GridFor(total, kThreads);
+  switch (table.dtype) {
+    case DType::kF32:
+      EmbeddingGatherKernel<<<grid, kThreads, 0, stream>>>(
+          ids, n, static_cast<const float*>(table.data), table.rows, table.cols, vocab_begin,
+          out);
+      break;
+    case DType::kBF16:
+      EmbeddingGatherKernel<<<grid, kThreads, 0, stream>>>(
+          ids, n, static_cast<const __nv_bfloat16*>(table.data), table.rows, table.cols,
+          vocab_begin, out);
+      break;
+    case DType::kF16:
+      EmbeddingGatherKernel<<<grid, kThreads, 0, stream>>>(
+          ids, n, static_cast<const __half*>(table.data), table.rows, table.cols, vocab_begin,
+          out);
+      break;
+  }
+  return CheckLaunch("EmbeddingGather", error);
+}
+
+bool LaunchRmsNorm(const float* x, const float* weight, int n, int dim, float eps, float* out,
+                   cudaStream_t stream, std::string* error) {
+  if (n <= 0) return true;
+  RmsNormKernel<<<n, kThreads, 0, stream>>>(x, nullptr, nullptr, weight, dim, eps, out);
+  return CheckLaunch("RmsNorm", error);
+}
+
+bool LaunchAddRmsNorm(float* hidden, const float* delta, const float* weight, int n, int dim,
+                      float eps, float* out, cudaStream_t stream, std::string* error) {
+  if (n <= 0) return true;
+  RmsNormKernel<<<n, kThreads, 0, stream>>>(nullptr, hidden, delta, weight, dim, eps, out);
+  return CheckLaunch("AddRmsNorm", error);
+}
+
+bool LaunchRope(float* qkv, int n, int row_stride, const int32_t* positions, int num_q_heads,
+                int num_kv_heads, int head_dim, float theta, cudaStream_t stream,
+                std::string* error) {
+  if (head_dim <= 0 || head_dim % 2 != 0) {
+    return Fail(error, "Rope: head_dim " + std::to_string(head_dim) + " must be even");
+  }
+  const int heads = num_q_heads + num_kv_heads;
+  if (n <= 0 || heads <= 0) return true;
+  const int64_t total = static_cast<int64_t>(n) * heads * (head_dim / 2);
+  RopeKernel<<<GridFor(total, kThreads), kThreads, 0, stream>>>(qkv, n, row_stride, positions,
+                                                                heads, head_dim, theta);
+  return CheckLaunch("Rope", error);
+}
+
+bool LaunchSiluMul(const float* gate_up, int n, int inter, float* out, cudaStream_t stream,
+                   std::string* error) {
+  if (n <= 0 || inter <= 0) return true;
+  SiluMulKernel<<<GridFor(static_cast<int64_t>(n) * inter, kThreads), kThreads, 0, stream>>>(
+      gate_up, n, inter, out);
+  return CheckLaunch("SiluMul", error);
+}
+
+bool LaunchWriteKvCache(const float* k, const float* v, int row_stride, const int64_t* slots,
+                        int n, const KvCacheShape& shape, float* k_cache, float* v_cache,
+                        cudaStream_t stream, std::string* error) {
+  const int64_t width = static_cast<int64_t>(shape.num_kv_heads) * shape.head_dim;
+  if (n <= 0 || width <= 0) return true;
+  WriteKvCacheKernel<<<GridFor(n * width, kThreads), kThreads, 0, stream>>>(
+      k, v, row_stride, slots, n, width,
+      static_cast<int64_t>(shape.num_blocks) * shape.block_size, k_cache, v_cache);
+  return CheckLaunch("WriteKvCache", error);
+}
+
+bool LaunchAdd(float* y, const float* x, size_t n, cudaStream_t stream, std::string* error) {
+  if (n == 0) return true;
+  AddKernel<<<GridFor(static_cast<int64_t>(n), kThreads), kThreads, 0, stream>>>(y, x, n);
+  return CheckLaunch("Add", error);
+}
+
+bool LaunchConvertF32(const float* src, size_t n, DType dtype, void* dst, cudaStream_t stream,
+                      std::string* error) {
+  if (n == 0) return true;
+  const unsigned grid = GridFor(static_cast<int64_t>(n), kThreads);
+  switch (dtype) {
+    case DType::kBF16:
+      ConvertKernel<<<grid, kThreads, 0, stream>>>(src, n, static_cast<__nv_bfloat16*>(dst));
+      break;
+    case DType::kF16:
+      ConvertKernel<<<grid, kThreads, 0, stream>>>(src, n, static_cast<__half*>(dst));
+      break;
+    case DType::kF32:
+      return Fail(error, "ConvertF32: target dtype F32 needs no conversion kernel");
+  }
+  return CheckLaunch("ConvertF32", error);
+}
+
+}  // namespace tessera::kernels::gpu

@@ -1,0 +1,149 @@
+// GEMV for decode-sized batches (m <= 8) with BF16/F16 weights. Decode is bound by weight
+// bytes: each warp streams kRowsPerWarp weight rows with 128-bit loads (8 elements per lane
+// per step) and applies them to all m activation rows, which stay float32 and are re-read
+// from L1/L2.
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
+#include <string>
+
+#include "kernels/cuda/device_util.cuh"
+#include "kernels/cuda/launchers.h"
+
+namespace tessera::kernels::gpu {
+namespace {
+
+constexpr int kGemvThreads = 256;
+constexpr int kRowsPerWarp = 2;
+constexpr int kRowsPerBlock = (kGemvThreads / 32) * kRowsPerWarp;
+
+// Eight packed 16-bit weights to floats.
+__device__ __forceinline__ void Unpack8(const uint4& raw, const __nv_bfloat16*, float* f) {
+  const uint32_t words[4] = {raw.x, raw.y, raw.z, raw.w};
+  for (int i = 0; i < 4; ++i) {
+    f[2 * i] = __uint_as_float(words[i] << 16);
+    f[2 * i + 1] = __uint_as_float(words[i] & 0xffff0000u);
+  }
+}
+__device__ __forceinline__ void Unpack8(const uint4& raw, const __half*, float* f) {
+  const uint32_t words[4] = {raw.x, raw.y, raw.z, raw.w};
+  for (int i = 0; i < 4; ++i) {
+    __half2 h;
+    memcpy(&h, &words[i], sizeof(h));
+    const float2 v = __half22float2(h);
+    f[2 * i] = v.x;
+    f[2 * i + 1] = v.y;
+  }
+}
+
+template <typename T, int M, bool kVector>
+__global__ void __launch_bounds__(kGemvThreads)
+    GemvKernel(const float* __restrict__ x, const T* __restrict__ w, int64_t n_out, int64_t k,
+               float* __restrict__ y) {
+  const int warp = threadIdx.x / 32;
+  const int lane = threadIdx.x % 32;
+  const int64_t row0 = (static_cast<int64_t>(blockIdx.x) * (kGemvThreads / 32) + warp) *
+                       kRowsPerWarp;
+  float acc[M][kRowsPerWarp];
+  for (int mm = 0; mm < M; ++mm) {
+    for (int r = 0; r < kRowsPerWarp; ++r) acc[mm][r] = 0.0f;
+  }
+
+  if constexpr (kVector) {
+    const int64_t chunks = k / 8;
+#pragma unroll 2
+    for (int64_t c = lane; c < chunks; c += 32) {
+      float wf[kRowsPerWarp][8];
+      for (int r = 0; r < kRowsPerWarp; ++r) {
+        if (row0 + r < n_out) {
+          const uint4 raw = __ldg(reinterpret_cast<const uint4*>(w + (row0 + r) * k) + c);
+          Unpack8(raw, w, wf[r]);
+        } else {
+          for (int i = 0; i < 8; ++i) wf[r][i] = 0.0f;
+        }
+      }
+      for (int mm = 0; mm < M; ++mm) {
+        const float4* xp = reinterpret_cast<const float4*>(x + mm * k) + 2 * c;
+        const float4 a = __ldg(xp);
+        const float4 b = __ldg(xp + 1);
+        const float xv[8] = {a.x, a.y, a.z, a.w, b.x, b.y, b.z, b.w};
+        for (int r = 0; r < kRowsPerWarp; ++r) {
+          for (int i = 0; i < 8; ++i) acc[mm][r] += wf[r][i] * xv[i];
+        }
+      }
+    }
+  } else {
+    for (int64_t kk = lane; kk < k; kk += 32) {
+      float wf[kRowsPerWarp];
+      for (int r = 0; r < kRowsPerWarp; ++r) {
+        wf[r] = row0 + r < n_out ? ToFloat(w[(row0 + r) * k + kk]) : 0.0f;
+      }
+      for (int mm = 0; mm < M; ++mm) {
+        const float xv = x[mm * k + kk];
+        for (int r = 0; r < kRowsPerWarp; ++r) acc[mm][r] += wf[r] * xv;
+      }
+    }
+  }
+
+  for (int mm = 0; mm < M; ++mm) {
+    for (int r = 0; r < kRowsPerWarp; ++r) {
+      const float total = WarpSum(acc[mm][r]);
+      if (lane == 0 && row0 + r < n_out) y[mm * n_out + row0 + r] = total;
+    }
+  }
+}
+
+template <typename T, int M>
+void LaunchFor(const float* x, const T* w, int64_t n_out, int64_t k, float* y, bool vector,
+               cudaStream_t stream) {
+  const unsigned grid = static_cast<unsigned>((n_out + kRowsPerBlock - 1) / kRowsPerBlock);
+  if (vector) {
+    GemvKernel<T, M, true><<<grid, kGemvThreads, 0, stream>>>(x, w, n_out, k, y);
+  } else {
+    GemvKernel<T, M, false><<<grid, kGemvThreads, 0, stream>>>(x, w, n_out, k, y);
+  }
+}
+
+template <typename T>
+void LaunchRows(int m, const float* x, const T* w, int64_t n_out, int64_t k, float* y,
+                bool vector, cudaStream_t stream) {
+  switch (m) {
+    case 1: LaunchFor<T, 1>(x, w, n_out, k, y, vector, stream); break;
+    case 2: LaunchFor<T, 2>(x, w, n_out, k, y, vector, stream); break;
+    case 3: LaunchFor<T, 3>(x, w, n_out, k, y, vector, stream); break;
+    case 4: LaunchFor<T, 4>(x, w, n_out, k, y, vector, stream); break;
+    case 5: LaunchFor<T, 5>(x, w, n_out, k, y, vector, stream); break;
+    case 6: LaunchFor<T, 6>(x, w, n_out, k, y, vector, stream); break;
+    case 7: LaunchFor<T, 7>(x, w, n_out, k, y, vector, stream); break;
+    case 8: LaunchFor<T, 8>(x, w, n_out, k, y, vector, stream); break;
+  }
+}
+
+}  // namespace
+
+bool LaunchGemv(const float* x, int m, MatrixView w, float* y, cudaStream_t stream,
+                std::string* error) {
+  if (m < 1 || m > kGemvMaxRows) {
+    return Fail(error, "Gemv: m " + std::to_string(m) + " outside [1, " +
+                           std::to_string(kGemvMaxRows) + "]");
+  }
+  if (w.dtype != DType::kBF16 && w.dtype != DType::kF16) {
+    return Fail(error, std::string("Gemv: weight dtype ") + DTypeName(w.dtype) +
+                           " is not supported (BF16 or F16)");
+  }
+  if (w.rows <= 0) return true;
+  if (static_cast<int64_t>(w.rows + kRowsPerBlock - 1) / kRowsPerBlock > 0x7fffffff) {
+    return Fail(error, "Gemv: " + std::to_string(w.rows) + " output rows exceed the grid");
+  }
+  const bool vector = w.cols % 8 == 0 && reinterpret_cast<uintptr_t>(w.data) % 16 == 0 &&
+                      reinterpret_cast<uintptr_t>(x) % 16 == 0;
+  if (w.dtype == DType::kBF16) {
+    LaunchRows(m, x, static_cast<const __nv_bfloat16*>(w.data), w.rows, w.cols, y, vector,
+               stream);
+  } else {
+    LaunchRows(m, x, static_cast<const __half*>(w.data), w.rows, w.cols, y, vector, stream);
+  }
+  return CheckLaunch("Gemv", error);
+}
+
+}  // namespace tessera::kernels::gpu

@@ -1,0 +1,93 @@
+#ifndef TESSERA_KERNELS_CUDA_LAUNCHERS_H_
+#define TESSERA_KERNELS_CUDA_LAUNCHERS_H_
+
+#include <cuda_runtime.h>
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+
+#include "common/dtype.h"
+#include "kernels/backend.h"
+
+// Plain host functions that launch the CUDA kernels. This is the only header the .cu files
+// share with host code, so it stays free of Abseil/gRPC: raw device pointers, shapes and a
+// stream in; `true`, or `false` with a message naming the unsupported value (or the CUDA
+// error) in *error. Work is enqueued on `stream` and runs asynchronously; a `true` return
+// means the launch was accepted, not that the kernel has finished.
+namespace tessera::kernels::gpu {
+
+// ---- Element-wise and row ops (elementwise_kernels.cu). Semantics as in Backend.
+bool LaunchEmbeddingGather(const int32_t* ids, int n, MatrixView table, int64_t vocab_begin,
+                           float* out, cudaStream_t stream, std::string* error);
+bool LaunchRmsNorm(const float* x, const float* weight, int n, int dim, float eps, float* out,
+                   cudaStream_t stream, std::string* error);
+bool LaunchAddRmsNorm(float* hidden, const float* delta, const float* weight, int n, int dim,
+                      float eps, float* out, cudaStream_t stream, std::string* error);
+bool LaunchRope(float* qkv, int n, int row_stride, const int32_t* positions, int num_q_heads,
+                int num_kv_heads, int head_dim, float theta, cudaStream_t stream,
+                std::string* error);
+bool LaunchSiluMul(const float* gate_up, int n, int inter, float* out, cudaStream_t stream,
+                   std::string* error);
+// Slots outside [0, num_blocks * block_size) are skipped (padding tokens use -1).
+bool LaunchWriteKvCache(const float* k, const float* v, int row_stride, const int64_t* slots,
+                        int n, const KvCacheShape& shape, float* k_cache, float* v_cache,
+                        cudaStream_t stream, std::string* error);
+bool LaunchAdd(float* y, const float* x, size_t n, cudaStream_t stream, std::string* error);
+// dst[i] = round-to-nearest-even(src[i]) in `dtype` (kBF16 or kF16): GEMM activations.
+bool LaunchConvertF32(const float* src, size_t n, DType dtype, void* dst, cudaStream_t stream,
+                      std::string* error);
+
+// ---- GEMV for few rows (gemv_kernels.cu): y[m, w.rows] = x[m, w.cols] * w^T with BF16 or
+// F16 weights, x kept in float32, float32 accumulation. Streams the weights with 128-bit
+// loads when w.cols % 8 == 0 and both pointers are 16-byte aligned (scalar loads otherwise).
+constexpr int kGemvMaxRows = 8;
+bool LaunchGemv(const float* x, int m, MatrixView w, float* y, cudaStream_t stream,
+                std::string* error);
+
+// ---- Paged attention (attention_kernels.cu). Supported head_dim: 8, 16, 32, 64, 128.
+bool AttentionHeadDimSupported(int head_dim);
+
+// Split-K ("flash-decoding") kernel: one thread block per (token, query head, context
+// partition of `partition_size` keys), then a reduction kernel merges the partitions. Works
+// for any batch; the backend uses it for decode steps. partition_size <= 0 picks one from
+// the grid size. Needs AttentionSplitWorkspaceBytes(...) bytes of device `workspace`.
+size_t AttentionSplitWorkspaceBytes(const AttentionBatch& batch, const KvCacheShape& shape,
+                                    int num_q_heads, int partition_size);
+bool LaunchPagedAttentionSplit(const float* q, int q_stride, const AttentionBatch& batch,
+                               const float* k_cache, const float* v_cache,
+                               const KvCacheShape& shape, int num_q_heads, float scale,
+                               int partition_size, void* workspace, size_t workspace_bytes,
+                               float* out, cudaStream_t stream, std::string* error);
+
+// Tiled kernel for prefill: one block per (16 consecutive tokens of one sequence, query
+// head) walks the keys in tiles of 32 staged in shared memory. Works for any batch.
+bool LaunchPagedAttentionPrefill(const float* q, int q_stride, const AttentionBatch& batch,
+                                 const float* k_cache, const float* v_cache,
+                                 const KvCacheShape& shape, int num_q_heads, float scale,
+                                 float* out, cudaStream_t stream, std::string* error);
+
+// ---- Sampling (sampling_kernels.cu) over a [rows, vocab] float32 logits buffer.
+// Per-row parameters, in device memory. The draw depends only on the seed and the logits,
+// so callers vary `seed` per step (e.g. request seed + step index).
+struct SamplingRowParams {
+  float temperature = 1.0f;  // <= 0: greedy (argmax).
+  int32_t top_k = 0;         // <= 0 or >= vocab: no top-k cut.
+  float top_p = 1.0f;        // >= 1: no nucleus cut.
+  uint64_t seed = 0;
+};
+
+// Greedy: the index of the largest logit (the lowest index among equal ones); NaNs never win.
+// logprobs (nullable): log-softmax of the raw logits at the chosen token.
+bool LaunchArgmax(const float* logits, int rows, int vocab, int32_t* tokens, float* logprobs,
+                  cudaStream_t stream, std::string* error);
+
+// Softmax(logits / temperature), restricted to the top_k largest logits (ties at the cut
+// kept), then to the smallest set of the largest whose probability reaches top_p (ties kept),
+// renormalised; one draw per row. logprobs as for LaunchArgmax.
+bool LaunchSample(const float* logits, int rows, int vocab, const SamplingRowParams* params,
+                  int32_t* tokens, float* logprobs, cudaStream_t stream, std::string* error);
+
+}  // namespace tessera::kernels::gpu
+
+#endif  // TESSERA_KERNELS_CUDA_LAUNCHERS_H_

@@ -1,0 +1,60 @@
+#ifndef TESSERA_KERNELS_CUDA_PAGED_INDEX_H_
+#define TESSERA_KERNELS_CUDA_PAGED_INDEX_H_
+
+#include <cstdint>
+
+// Page-table arithmetic shared by the CUDA kernels and host code (tests, the CPU side of
+// the benchmark), so both sides agree on where a token's K/V lives. See
+// kernels/backend.h (AttentionBatch, KvCacheShape) for the layout these encode.
+#if defined(__CUDACC__)
+#define TESSERA_HOST_DEVICE __host__ __device__ __forceinline__
+#else
+#define TESSERA_HOST_DEVICE inline
+#endif
+
+namespace tessera::kernels::paged {
+
+// Absolute position of the step's `local`-th token of a sequence that holds `context_len`
+// tokens after the step, `num_new` of them computed in this step.
+TESSERA_HOST_DEVICE int TokenPosition(int context_len, int num_new, int local) {
+  return context_len - num_new + local;
+}
+
+// Cache slot (block_id * block_size + offset) of position `pos`, given the sequence's row
+// of the block table.
+TESSERA_HOST_DEVICE int64_t SlotOf(const int32_t* block_table_row, int pos, int block_size) {
+  return static_cast<int64_t>(block_table_row[pos / block_size]) * block_size + pos % block_size;
+}
+
+// Element offset of (slot, kv_head, 0) in a [num_blocks, block_size, kv_heads, head_dim]
+// cache: slots are contiguous because block_size is the second dimension.
+TESSERA_HOST_DEVICE int64_t CacheOffset(int64_t slot, int num_kv_heads, int head_dim,
+                                        int kv_head) {
+  return (slot * num_kv_heads + kv_head) * head_dim;
+}
+
+// Grouped-query attention: query head h reads KV head h / (num_q_heads / num_kv_heads).
+TESSERA_HOST_DEVICE int KvHeadOf(int q_head, int num_q_heads, int num_kv_heads) {
+  return q_head / (num_q_heads / num_kv_heads);
+}
+
+// The sequence owning step token `token`: the largest s with query_start[s] <= token.
+// Sequences without new tokens (query_start[s] == query_start[s + 1]) are skipped
+// naturally because a later sequence starts at the same index.
+TESSERA_HOST_DEVICE int SeqOfToken(const int32_t* query_start, int num_seqs, int token) {
+  int lo = 0;
+  int hi = num_seqs - 1;
+  while (lo < hi) {
+    const int mid = (lo + hi + 1) / 2;
+    if (query_start[mid] <= token) {
+      lo = mid;
+    } else {
+      hi = mid - 1;
+    }
+  }
+  return lo;
+}
+
+}  // namespace tessera::kernels::paged
+
+#endif  // TESSERA_KERNELS_CUDA_PAGED_INDEX_H_

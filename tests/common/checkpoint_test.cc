@@ -1,0 +1,344 @@
+#include "common/checkpoint.h"
+
+#include <cmath>
+#include <cstring>
+#include <fstream>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "common/file_util.h"
+#include "common/model_config.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "nlohmann/json.hpp"
+#include "tests/support/test_model.h"
+#include "tools/checkpoint/generate.h"
+
+namespace tessera {
+namespace {
+
+using ::testing::AllOf;
+using ::testing::HasSubstr;
+
+ModelConfig Tiny() {
+  auto c = PresetConfig("tiny");
+  EXPECT_TRUE(c.ok()) << c.status();
+  return *c;
+}
+
+std::filesystem::path Generate(const std::string& name, DType dtype, int shards, uint64_t seed,
+                               bool lm_head = false) {
+  const auto dir = testing::ScratchDir(name);
+  GenerateOptions options;
+  options.out_dir = dir;
+  options.dtype = dtype;
+  options.num_shards = shards;
+  options.seed = seed;
+  options.write_tied_lm_head = lm_head;
+  absl::Status s = GenerateRandomCheckpoint(Tiny(), options);
+  EXPECT_TRUE(s.ok()) << s;
+  return dir;
+}
+
+std::unique_ptr<Checkpoint> OpenOrDie(const std::filesystem::path& dir) {
+  auto ckpt = Checkpoint::Open(dir);
+  EXPECT_TRUE(ckpt.ok()) << ckpt.status();
+  return ckpt.ok() ? std::move(*ckpt) : nullptr;
+}
+
+std::vector<float> ReadF32(const Checkpoint& ckpt, const std::string& name) {
+  auto info = ckpt.Info(name);
+  EXPECT_TRUE(info.ok()) << info.status();
+  std::vector<float> out((*info)->num_elements());
+  absl::Status s = ckpt.ReadAll(name, (*info)->shape, DType::kF32, out.data());
+  EXPECT_TRUE(s.ok()) << s;
+  return out;
+}
+
+TEST(CheckpointTest, EmptyFolderNamesBothFiles) {
+  const auto dir = testing::ScratchDir("empty");
+  auto r = Checkpoint::Open(dir);
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.status().code(), absl::StatusCode::kNotFound);
+  EXPECT_THAT(std::string(r.status().message()),
+              AllOf(HasSubstr(dir.string()), HasSubstr("model.safetensors"),
+                    HasSubstr("model.safetensors.index.json")));
+}
+
+TEST(CheckpointTest, IndexNamingMissingShard) {
+  const auto dir = Generate("g", DType::kF32, 2, 1);
+  std::filesystem::remove(dir / "model-00002-of-00002.safetensors");
+  auto r = Checkpoint::Open(dir);
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.status().code(), absl::StatusCode::kNotFound);
+  EXPECT_THAT(std::string(r.status().message()), HasSubstr("model-00002-of-00002.safetensors"));
+}
+
+TEST(CheckpointTest, IndexTensorAbsentFromItsShard) {
+  const auto dir = Generate("g", DType::kF32, 2, 1);
+  auto text = ReadFileToString(dir / "model.safetensors.index.json");
+  ASSERT_TRUE(text.ok());
+  auto index = nlohmann::json::parse(*text);
+  index["weight_map"]["model.layers.7.mlp.up_proj.weight"] = "model-00001-of-00002.safetensors";
+  ASSERT_TRUE(WriteStringToFile(dir / "model.safetensors.index.json", index.dump()).ok());
+  auto r = Checkpoint::Open(dir);
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.status().code(), absl::StatusCode::kDataLoss);
+  EXPECT_THAT(std::string(r.status().message()),
+              AllOf(HasSubstr("model.layers.7.mlp.up_proj.weight"),
+                    HasSubstr("model-00001-of-00002.safetensors")));
+}
+
+TEST(CheckpointTest, MissingTensorIsNotFoundNamingTensorAndFolder) {
+  const auto dir = Generate("g", DType::kF32, 1, 1);
+  auto ckpt = OpenOrDie(dir);
+  ASSERT_NE(ckpt, nullptr);
+  EXPECT_FALSE(ckpt->Has("lm_head.weight"));  // Tied, and not asked for.
+  EXPECT_TRUE(ckpt->Has("model.norm.weight"));
+  auto info = ckpt->Info("lm_head.weight");
+  ASSERT_FALSE(info.ok());
+  EXPECT_EQ(info.status().code(), absl::StatusCode::kNotFound);
+  EXPECT_THAT(std::string(info.status().message()),
+              AllOf(HasSubstr("lm_head.weight"), HasSubstr(dir.string())));
+  float x;
+  EXPECT_EQ(ckpt->ReadSlice("nope", {0, 1}, {0, 1}, DType::kF32, &x).code(),
+            absl::StatusCode::kNotFound);
+}
+
+TEST(CheckpointTest, GeneratedFolderHasConfigTokenizerAndAllTensors) {
+  const ModelConfig tiny = Tiny();
+  const auto dir = Generate("g", DType::kBF16, 1, 3);
+  auto config = ModelConfig::Load(dir);
+  ASSERT_TRUE(config.ok()) << config.status();
+  EXPECT_EQ(config->hidden_size, 96);
+  EXPECT_EQ(config->intermediate_size, 200);
+  EXPECT_EQ(config->num_attention_heads, 6);
+  EXPECT_EQ(config->num_key_value_heads, 2);
+  EXPECT_EQ(config->head_dim, 16);
+  EXPECT_EQ(config->vocab_size, 300);
+  EXPECT_EQ(config->torch_dtype, DType::kBF16);
+
+  auto tok_text = ReadFileToString(dir / "tokenizer.json");
+  ASSERT_TRUE(tok_text.ok());
+  auto tok = nlohmann::json::parse(*tok_text, nullptr, false);
+  ASSERT_FALSE(tok.is_discarded());
+  const auto& vocab = tok["model"]["vocab"];
+  EXPECT_EQ(vocab.size(), 300u);
+  EXPECT_EQ(vocab["<unk>"], 0);
+  EXPECT_EQ(vocab["<s>"], 1);
+  EXPECT_EQ(vocab["</s>"], 2);
+  EXPECT_EQ(vocab["<0x00>"], 3);
+  EXPECT_EQ(vocab["<0xFF>"], 258);
+  EXPECT_EQ(vocab["\xE2\x96\x81"], 259);
+  EXPECT_TRUE(tok["model"]["byte_fallback"].get<bool>());
+  // Every merge joins two vocabulary pieces into a third.
+  for (const auto& m : tok["model"]["merges"]) {
+    const std::string l = m[0], r = m[1];
+    EXPECT_TRUE(vocab.contains(l) && vocab.contains(r) && vocab.contains(l + r)) << l << " " << r;
+  }
+  EXPECT_TRUE(std::filesystem::exists(dir / "tokenizer_config.json"));
+
+  auto ckpt = OpenOrDie(dir);
+  ASSERT_NE(ckpt, nullptr);
+  const int64_t h = 96;
+  const std::vector<std::pair<std::string, std::vector<int64_t>>> expected = {
+      {"model.embed_tokens.weight", {300, h}},
+      {"model.layers.1.input_layernorm.weight", {h}},
+      {"model.layers.1.self_attn.q_proj.weight", {96, h}},
+      {"model.layers.1.self_attn.k_proj.weight", {32, h}},
+      {"model.layers.1.self_attn.v_proj.weight", {32, h}},
+      {"model.layers.1.self_attn.o_proj.weight", {h, 96}},
+      {"model.layers.1.post_attention_layernorm.weight", {h}},
+      {"model.layers.1.mlp.gate_proj.weight", {200, h}},
+      {"model.layers.1.mlp.up_proj.weight", {200, h}},
+      {"model.layers.1.mlp.down_proj.weight", {h, 200}},
+      {"model.norm.weight", {h}}};
+  for (const auto& [name, shape] : expected) {
+    auto info = ckpt->Info(name);
+    ASSERT_TRUE(info.ok()) << info.status();
+    EXPECT_EQ((*info)->shape, shape) << name;
+    EXPECT_EQ((*info)->dtype, DType::kBF16) << name;
+  }
+  EXPECT_EQ(ckpt->num_files(), 1u);
+}
+
+TEST(CheckpointTest, ByteLevelTokenizerFillerPiecesAreReachableByMerges) {
+  auto tok = nlohmann::json::parse(ByteLevelTokenizerJson(2000), nullptr, false);
+  ASSERT_FALSE(tok.is_discarded());
+  const auto& vocab = tok["model"]["vocab"];
+  ASSERT_EQ(vocab.size(), 2000u);  // Unique pieces: a repeat would collapse the object.
+  std::set<std::string> merged;
+  for (const auto& m : tok["model"]["merges"]) {
+    const std::string l = m[0], r = m[1];
+    ASSERT_TRUE(vocab.contains(l) && vocab.contains(r) && vocab.contains(l + r)) << l << " " << r;
+    merged.insert(l + r);
+  }
+  // Every multi-character filler piece can be built by some merge.
+  for (const auto& [piece, id] : vocab.items()) {
+    if (id.get<int>() > 259 && piece.size() > 1) {
+      EXPECT_TRUE(merged.count(piece)) << piece;
+    }
+  }
+}
+
+TEST(CheckpointTest, GeneratedValuesHaveSensibleScale) {
+  const auto dir = Generate("g", DType::kF32, 1, 5);
+  auto ckpt = OpenOrDie(dir);
+  ASSERT_NE(ckpt, nullptr);
+  for (const auto& [name, fan_in] :
+       {std::pair<std::string, int>{"model.layers.0.mlp.gate_proj.weight", 96},
+        {"model.layers.0.mlp.down_proj.weight", 200}}) {
+    const std::vector<float> w = ReadF32(*ckpt, name);
+    double sum = 0, sq = 0;
+    for (float v : w) {
+      sum += v;
+      sq += double{v} * v;
+    }
+    const double mean = sum / w.size(), std = std::sqrt(sq / w.size() - mean * mean);
+    EXPECT_NEAR(mean, 0.0, 0.01) << name;
+    EXPECT_NEAR(std * std::sqrt(fan_in), 1.0, 0.05) << name;
+  }
+  for (float v : ReadF32(*ckpt, "model.norm.weight")) EXPECT_NEAR(v, 1.0f, 0.1f);
+}
+
+TEST(CheckpointTest, TiedLmHeadCopiesEmbedding) {
+  const auto dir = Generate("g", DType::kBF16, 1, 9, /*lm_head=*/true);
+  auto ckpt = OpenOrDie(dir);
+  ASSERT_NE(ckpt, nullptr);
+  EXPECT_EQ(ReadF32(*ckpt, "lm_head.weight"), ReadF32(*ckpt, "model.embed_tokens.weight"));
+}
+
+TEST(CheckpointTest, ShardedAndSingleFileHoldTheSameValues) {
+  const auto single_dir = Generate("single", DType::kBF16, 1, 42);
+  const auto sharded_dir = Generate("sharded", DType::kBF16, 3, 42);
+  const auto other_dir = Generate("other", DType::kBF16, 1, 43);
+  EXPECT_FALSE(std::filesystem::exists(single_dir / "model.safetensors.index.json"));
+  EXPECT_FALSE(std::filesystem::exists(sharded_dir / "model.safetensors"));
+  for (int i = 1; i <= 3; ++i) {
+    EXPECT_TRUE(std::filesystem::exists(sharded_dir / ("model-0000" + std::to_string(i) +
+                                                       "-of-00003.safetensors")));
+  }
+  auto single = OpenOrDie(single_dir);
+  auto sharded = OpenOrDie(sharded_dir);
+  auto other = OpenOrDie(other_dir);
+  ASSERT_NE(single, nullptr);
+  ASSERT_NE(sharded, nullptr);
+  ASSERT_NE(other, nullptr);
+  EXPECT_EQ(sharded->num_files(), 3u);
+
+  auto file = SafetensorsFile::Open(single_dir / "model.safetensors");
+  ASSERT_TRUE(file.ok());
+  ASSERT_EQ((*file)->tensors().size(), 1u + 2 * 9 + 1);
+  for (const TensorInfo& t : (*file)->tensors()) {
+    ASSERT_TRUE(sharded->Has(t.name)) << t.name;
+    const std::vector<float> a = ReadF32(*single, t.name);
+    EXPECT_EQ(a, ReadF32(*sharded, t.name)) << t.name;
+    if (t.shape.size() == 2) {
+      EXPECT_NE(a, ReadF32(*other, t.name)) << t.name;
+    }
+  }
+}
+
+TEST(CheckpointTest, SlicesMatchReadAllWithConversion) {
+  const auto dir = Generate("g", DType::kBF16, 2, 7);
+  auto ckpt = OpenOrDie(dir);
+  ASSERT_NE(ckpt, nullptr);
+  const std::string name = "model.layers.1.mlp.down_proj.weight";  // [96, 200]
+  const int64_t rows = 96, cols = 200;
+  std::vector<uint16_t> all_bf16(rows * cols);
+  ASSERT_TRUE(ckpt->ReadAll(name, {rows, cols}, DType::kBF16, all_bf16.data()).ok());
+  std::vector<float> all(rows * cols);
+  ConvertToF32(all_bf16.data(), DType::kBF16, all.size(), all.data());
+
+  // Row slice as F32.
+  const Range r{17, 50}, c{13, 101};
+  std::vector<float> row_slice(r.size() * cols);
+  ASSERT_TRUE(ckpt->ReadSlice(name, r, {0, cols}, DType::kF32, row_slice.data()).ok());
+  for (int64_t i = 0; i < r.size(); ++i) {
+    for (int64_t j = 0; j < cols; ++j) {
+      ASSERT_EQ(row_slice[i * cols + j], all[(r.begin + i) * cols + j]);
+    }
+  }
+  // Column slice as F16 (BF16 -> F16 goes through float).
+  std::vector<uint16_t> col_slice(rows * c.size());
+  ASSERT_TRUE(ckpt->ReadSlice(name, {0, rows}, c, DType::kF16, col_slice.data()).ok());
+  for (int64_t i = 0; i < rows; ++i) {
+    for (int64_t j = 0; j < c.size(); ++j) {
+      ASSERT_EQ(col_slice[i * c.size() + j], F32ToF16(all[i * cols + c.begin + j]));
+    }
+  }
+  // Both ranges at once, same dtype.
+  std::vector<uint16_t> block(r.size() * c.size());
+  ASSERT_TRUE(ckpt->ReadSlice(name, r, c, DType::kBF16, block.data()).ok());
+  for (int64_t i = 0; i < r.size(); ++i) {
+    for (int64_t j = 0; j < c.size(); ++j) {
+      ASSERT_EQ(block[i * c.size() + j], all_bf16[(r.begin + i) * cols + c.begin + j]);
+    }
+  }
+  // A 1-D tensor is one row.
+  const std::vector<float> norm = ReadF32(*ckpt, "model.norm.weight");
+  std::vector<float> part(10);
+  ASSERT_TRUE(ckpt->ReadSlice("model.norm.weight", {0, 1}, {40, 50}, DType::kF32, part.data()).ok());
+  EXPECT_EQ(part, std::vector<float>(norm.begin() + 40, norm.begin() + 50));
+}
+
+TEST(CheckpointTest, BytesReadCountsExactlyTheSlice) {
+  const auto dir = Generate("g", DType::kBF16, 1, 7);
+  auto ckpt = OpenOrDie(dir);
+  ASSERT_NE(ckpt, nullptr);
+  const std::string name = "model.layers.0.mlp.gate_proj.weight";  // [200, 96] BF16
+  EXPECT_EQ(ckpt->bytes_read(), 0u);
+  std::vector<float> buf(200 * 96);
+  ASSERT_TRUE(ckpt->ReadSlice(name, {50, 100}, {0, 96}, DType::kF32, buf.data()).ok());
+  EXPECT_EQ(ckpt->bytes_read(), 50u * 96 * 2);
+  ASSERT_TRUE(ckpt->ReadSlice(name, {0, 200}, {32, 64}, DType::kF32, buf.data()).ok());
+  EXPECT_EQ(ckpt->bytes_read(), 50u * 96 * 2 + 200u * 32 * 2);
+}
+
+TEST(CheckpointTest, SliceOutOfRangeNamesTensorShapeAndRange) {
+  const auto dir = Generate("g", DType::kF32, 1, 7);
+  auto ckpt = OpenOrDie(dir);
+  ASSERT_NE(ckpt, nullptr);
+  std::vector<float> buf(200 * 96);
+  const std::string name = "model.layers.0.mlp.gate_proj.weight";
+  for (auto [rows, cols] : {std::pair<Range, Range>{{0, 201}, {0, 96}},
+                            {{0, 10}, {90, 97}},
+                            {{-1, 3}, {0, 96}},
+                            {{5, 4}, {0, 96}}}) {
+    absl::Status s = ckpt->ReadSlice(name, rows, cols, DType::kF32, buf.data());
+    EXPECT_EQ(s.code(), absl::StatusCode::kOutOfRange);
+    EXPECT_THAT(std::string(s.message()),
+                AllOf(HasSubstr(name), HasSubstr("[200, 96]"),
+                      HasSubstr("rows [" + std::to_string(rows.begin) + ", " +
+                                std::to_string(rows.end) + ")")));
+  }
+  EXPECT_EQ(ckpt->bytes_read(), 0u);
+  absl::Status s = ckpt->ReadAll(name, {96, 200}, DType::kF32, buf.data());
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(s.message()), AllOf(HasSubstr("[200, 96]"), HasSubstr("[96, 200]")));
+}
+
+TEST(CheckpointTest, GeneratorRejectsBadOptions) {
+  GenerateOptions options;
+  options.out_dir = testing::ScratchDir("bad");
+  options.num_shards = 1000;
+  EXPECT_EQ(GenerateRandomCheckpoint(Tiny(), options).code(), absl::StatusCode::kInvalidArgument);
+  options.num_shards = 1;
+  ModelConfig small = Tiny();
+  small.vocab_size = 100;
+  EXPECT_EQ(GenerateRandomCheckpoint(small, options).code(), absl::StatusCode::kInvalidArgument);
+  ModelConfig odd = Tiny();
+  odd.num_key_value_heads = 4;  // 6 heads are not a multiple of 4.
+  EXPECT_EQ(GenerateRandomCheckpoint(odd, options).code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_FALSE(PresetConfig("llama-7b").ok());
+  auto big = PresetConfig("llama-70b-layers");
+  ASSERT_TRUE(big.ok());
+  EXPECT_EQ(big->num_hidden_layers, 2);
+  EXPECT_EQ(big->hidden_size, 8192);
+  EXPECT_EQ(PresetConfig("llama3-8b", 3)->num_hidden_layers, 3);
+  EXPECT_TRUE(PresetConfig("llama-1b")->tie_word_embeddings);
+}
+
+}  // namespace
+}  // namespace tessera

@@ -1,0 +1,246 @@
+// A randomized run of thousands of requests through one scheduler and a fake executor,
+// with shared prefixes, cancellations, priorities and a pool small enough to force
+// preemption. Invariants are checked after every Schedule() and every Update(), and
+// every request's output must equal what it generates alone.
+#include <algorithm>
+#include <cstdio>
+#include <memory>
+#include <random>
+#include <vector>
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/container/flat_hash_set.h"
+#include "coordinator/scheduler/scheduler.h"
+#include "gtest/gtest.h"
+#include "tests/coordinator/fake_executor.h"
+
+namespace tessera::sched {
+namespace {
+
+constexpr int kVocab = 64;  // Small, so EOS (token 0) and stop tokens come up often.
+constexpr int kNumRequests = 3000;
+constexpr int kMaxSteps = 100000;
+
+uint64_t ConstantHash(uint64_t, absl::Span<const int32_t>) { return 1; }
+
+struct SimParams {
+  const char* name;
+  SchedulingPolicy policy;
+  BlockHashFn hash_fn;
+  int long_prefill_token_threshold;
+  bool enable_prefix_caching;
+};
+
+struct Tracked {
+  testing::Reference reference;
+  std::vector<int32_t> output;
+  std::optional<FinishReason> reason;
+  int arrival_step = 0;
+  int finish_step = 0;
+};
+
+void CheckBlocks(const Scheduler& s, const absl::flat_hash_set<SeqId>& live) {
+  const KVCacheManager& kv = s.kv_cache_manager();
+  const BlockPool& pool = kv.pool();
+  std::vector<int> owners(pool.num_blocks(), 0);
+  int num_with_blocks = 0;
+  for (SeqId id : live) {
+    const Sequence* seq = s.GetSequence(id);
+    ASSERT_NE(seq, nullptr) << "live sequence " << id << " unknown to the scheduler";
+    absl::Span<const BlockId> table = kv.BlockTable(id);
+    if (seq->status == SequenceStatus::kWaiting) {
+      ASSERT_TRUE(table.empty()) << "waiting sequence " << id << " holds blocks";
+      continue;
+    }
+    num_with_blocks += !table.empty();
+    ASSERT_LE(seq->num_computed_tokens, static_cast<int>(table.size()) * kv.block_size());
+    absl::flat_hash_set<BlockId> seen;
+    for (BlockId b : table) {
+      ASSERT_NE(b, kNullBlock) << "sequence " << id;
+      ASSERT_TRUE(seen.insert(b).second) << "block " << b << " twice in sequence " << id;
+      ++owners[b];
+    }
+  }
+  ASSERT_EQ(kv.num_sequences(), num_with_blocks);
+  std::vector<bool> in_free_list(pool.num_blocks(), false);
+  const std::vector<BlockId> free_ids = pool.FreeBlockIds();
+  for (BlockId b : free_ids) {
+    ASSERT_FALSE(in_free_list[b]) << "block " << b << " twice in the free list";
+    in_free_list[b] = true;
+  }
+  ASSERT_FALSE(in_free_list[kNullBlock]);
+  ASSERT_EQ(pool.block(kNullBlock).ref_cnt, 0);
+  int num_used = 0;
+  for (BlockId b = 1; b < pool.num_blocks(); ++b) {
+    ASSERT_EQ(pool.block(b).ref_cnt, owners[b]) << "block " << b;
+    ASSERT_EQ(in_free_list[b], owners[b] == 0) << "block " << b;
+    num_used += owners[b] > 0;
+  }
+  ASSERT_EQ(pool.num_free_blocks(), static_cast<int>(free_ids.size()));
+  ASSERT_EQ(num_used + pool.num_free_blocks(), pool.num_usable_blocks());
+}
+
+void CheckPlan(const StepPlan& plan, const SchedulerConfig& c) {
+  absl::flat_hash_set<SeqId> scheduled;
+  int total = 0;
+  auto visit = [&](SeqId id, int n) {
+    ASSERT_TRUE(scheduled.insert(id).second) << "sequence " << id << " scheduled twice";
+    ASSERT_GT(n, 0);
+    if (c.long_prefill_token_threshold > 0) {
+      ASSERT_LE(n, c.long_prefill_token_threshold);
+    }
+    total += n;
+  };
+  for (const auto& d : plan.new_seqs) visit(d.seq_id, d.num_scheduled_tokens);
+  for (const auto& d : plan.cached_seqs) visit(d.seq_id, d.num_scheduled_tokens);
+  for (SeqId id : plan.preempted_ids) ASSERT_FALSE(scheduled.contains(id)) << id;
+  ASSERT_EQ(total, plan.total_num_scheduled_tokens);
+  ASSERT_LE(total, c.max_num_batched_tokens);
+  ASSERT_LE(plan.num_scheduled_seqs(), c.max_num_seqs);
+}
+
+class SchedulerSimulationTest : public ::testing::TestWithParam<SimParams> {};
+
+TEST_P(SchedulerSimulationTest, InvariantsHoldAndOutputsMatchRunningAlone) {
+  const SimParams& params = GetParam();
+  SchedulerConfig c;
+  c.num_blocks = 40;  // 39 usable blocks of 4 tokens; a request needs up to 26.
+  c.block_size = 4;
+  c.max_num_batched_tokens = 32;
+  c.max_num_seqs = 8;
+  c.long_prefill_token_threshold = params.long_prefill_token_threshold;
+  c.policy = params.policy;
+  c.enable_prefix_caching = params.enable_prefix_caching;
+  c.eos_token_ids = {0};
+  c.block_hash_fn = params.hash_fn;
+  auto created = Scheduler::Create(c);
+  ASSERT_TRUE(created.ok()) << created.status();
+  Scheduler& s = **created;
+  testing::FakeExecutor exec(c.num_blocks, c.block_size, kVocab);
+
+  std::mt19937_64 rng(20240607);
+  auto uniform = [&](int lo, int hi) { return std::uniform_int_distribution<int>(lo, hi)(rng); };
+  auto chance = [&](double p) { return std::bernoulli_distribution(p)(rng); };
+  std::vector<std::vector<int32_t>> stems(6);
+  for (auto& stem : stems) {
+    stem.resize(uniform(8, 40));
+    for (int32_t& t : stem) t = uniform(1, kVocab - 1);
+  }
+
+  absl::flat_hash_map<SeqId, Tracked> tracked;
+  std::vector<SeqId> live_list;  // For picking random cancellations.
+  absl::flat_hash_set<SeqId> live;
+  auto cancel_random = [&](int step) {
+    if (live_list.empty()) return;
+    const size_t i = uniform(0, static_cast<int>(live_list.size()) - 1);
+    const SeqId id = live_list[i];
+    ASSERT_TRUE(s.Abort(id).ok()) << id;
+    tracked[id].reason = FinishReason::kCancelled;
+    tracked[id].finish_step = step;
+    live.erase(id);
+    live_list[i] = live_list.back();
+    live_list.pop_back();
+  };
+
+  SeqId next_id = 0;
+  int step = 0;
+  for (; step < kMaxSteps; ++step) {
+    if (next_id < kNumRequests && chance(0.3)) {
+      Request r;
+      r.seq_id = next_id++;
+      if (chance(0.3)) {
+        // Block-aligned words from a tiny set: equal blocks under different parents.
+        for (int n = uniform(1, 8); n > 0; --n) {
+          const int32_t word = uniform(1, 3);
+          for (int i = 0; i < c.block_size; ++i) r.prompt_token_ids.push_back(word);
+        }
+      } else if (chance(0.6)) {
+        const auto& stem = stems[uniform(0, static_cast<int>(stems.size()) - 1)];
+        r.prompt_token_ids.assign(stem.begin(), stem.begin() + uniform(1, stem.size()));
+      }
+      for (int n = uniform(r.prompt_token_ids.empty() ? 1 : 0, 24); n > 0; --n) {
+        r.prompt_token_ids.push_back(uniform(1, kVocab - 1));
+      }
+      r.options.max_new_tokens = uniform(1, 40);
+      if (chance(0.2)) r.options.min_new_tokens = uniform(0, r.options.max_new_tokens);
+      r.options.ignore_eos = chance(0.1);
+      if (chance(0.3)) r.options.stop_token_ids = {uniform(1, kVocab - 1)};
+      r.options.priority = uniform(0, 3);
+      Tracked& t = tracked[r.seq_id];
+      t.reference = testing::GenerateAlone(r.prompt_token_ids, r.options, c.eos_token_ids, kVocab);
+      t.arrival_step = step;
+      live.insert(r.seq_id);
+      live_list.push_back(r.seq_id);
+      ASSERT_TRUE(s.AddRequest(std::move(r)).ok());
+    }
+    if (chance(0.01)) cancel_random(step);
+    if (next_id == kNumRequests && !s.HasWork()) break;
+
+    StepPlan plan = s.Schedule();
+    ASSERT_NO_FATAL_FAILURE(CheckPlan(plan, c));
+    ASSERT_LE(s.stats().num_running, c.max_num_seqs);
+    ASSERT_NO_FATAL_FAILURE(CheckBlocks(s, live));
+    StepResult result = exec.Execute(plan);
+    ASSERT_FALSE(::testing::Test::HasFailure()) << "at step " << step;
+    if (chance(0.01)) cancel_random(step);  // Cancelled while its step runs.
+    auto events = s.Update(result);
+    ASSERT_TRUE(events.ok()) << events.status();
+    for (const SeqEvent& e : *events) {
+      ASSERT_TRUE(live.contains(e.seq_id)) << "event for finished sequence " << e.seq_id;
+      Tracked& t = tracked[e.seq_id];
+      ASSERT_TRUE(e.new_token_id.has_value());
+      t.output.push_back(*e.new_token_id);
+      if (e.finish_reason.has_value()) {
+        t.reason = e.finish_reason;
+        t.finish_step = step;
+        live.erase(e.seq_id);
+        live_list.erase(std::find(live_list.begin(), live_list.end(), e.seq_id));
+      }
+    }
+    ASSERT_NO_FATAL_FAILURE(CheckBlocks(s, live));
+  }
+  ASSERT_LT(step, kMaxSteps) << "requests still running after " << kMaxSteps << " steps";
+  EXPECT_EQ(exec.num_held(), 0);
+
+  int num_cancelled = 0;
+  int max_latency = 0;
+  for (const auto& [id, t] : tracked) {
+    ASSERT_TRUE(t.reason.has_value()) << "sequence " << id << " never finished";
+    max_latency = std::max(max_latency, t.finish_step - t.arrival_step);
+    if (*t.reason == FinishReason::kCancelled) {
+      ++num_cancelled;
+      ASSERT_LE(t.output.size(), t.reference.output.size()) << id;
+      ASSERT_TRUE(std::equal(t.output.begin(), t.output.end(), t.reference.output.begin())) << id;
+    } else {
+      ASSERT_EQ(t.output, t.reference.output) << "sequence " << id;
+      ASSERT_EQ(*t.reason, t.reference.reason) << "sequence " << id;
+    }
+  }
+  const SchedulerStats stats = s.stats();
+  std::printf("[%s] %d steps, %d cancelled, %lld preemptions, %lld/%lld prefix tokens hit, "
+              "longest request %d steps\n",
+              params.name, step, num_cancelled, static_cast<long long>(stats.num_preemptions),
+              static_cast<long long>(stats.prefix_cache_hit_tokens),
+              static_cast<long long>(stats.prefix_cache_queried_tokens), max_latency);
+  EXPECT_EQ(static_cast<int>(tracked.size()), kNumRequests);
+  EXPECT_EQ(stats.num_free_blocks, stats.num_usable_blocks);
+  // The run must exercise what it claims to.
+  EXPECT_GT(stats.num_preemptions, 0);
+  EXPECT_GT(num_cancelled, 0);
+  if (params.enable_prefix_caching) {
+    EXPECT_GT(stats.prefix_cache_hit_tokens, 0);
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Policies, SchedulerSimulationTest,
+    ::testing::Values(
+        SimParams{"fcfs", SchedulingPolicy::kFcfs, nullptr, 0, true},
+        SimParams{"priority", SchedulingPolicy::kPriority, nullptr, 0, true},
+        SimParams{"colliding_hash", SchedulingPolicy::kFcfs, &ConstantHash, 0, true},
+        SimParams{"chunked_5", SchedulingPolicy::kPriority, nullptr, 5, true},
+        SimParams{"no_prefix_cache", SchedulingPolicy::kFcfs, nullptr, 0, false}),
+    [](const ::testing::TestParamInfo<SimParams>& info) { return std::string(info.param.name); });
+
+}  // namespace
+}  // namespace tessera::sched

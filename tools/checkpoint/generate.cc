@@ -1,0 +1,282 @@
+#include "tools/checkpoint/generate.h"
+
+#include <cmath>
+#include <cstdio>
+#include <unordered_set>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
+#include "common/file_util.h"
+#include "common/safetensors.h"
+#include "common/status_macros.h"
+#include "nlohmann/json.hpp"
+#include "tools/checkpoint/tokenizer_json.h"
+
+namespace tessera {
+namespace {
+
+constexpr int kNumBytePieces = 256;
+constexpr int kMinVocab = 3 + kNumBytePieces;
+
+uint64_t SplitMix64(uint64_t x) {
+  x += 0x9E3779B97F4A7C15ull;
+  x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ull;
+  x = (x ^ (x >> 27)) * 0x94D049BB133111EBull;
+  return x ^ (x >> 31);
+}
+
+uint64_t HashName(const std::string& s) {
+  uint64_t h = 0xcbf29ce484222325ull;  // FNV-1a.
+  for (unsigned char c : s) h = (h ^ c) * 0x100000001b3ull;
+  return h;
+}
+
+// Roughly unit-variance noise: the sum of two uniforms (a triangle distribution) is
+// close enough to normal for weights and costs one hash per element. Element i of a tensor
+// depends only on (seed, name, i), so sharding and chunking cannot change values.
+inline float Noise(uint64_t key, uint64_t i) {
+  const uint64_t h = SplitMix64(key + i * 0xD1B54A32D192ED03ull);
+  const float u1 = static_cast<float>(h >> 40) * (1.0f / 16777216.0f);
+  const float u2 = static_cast<float>((h >> 16) & 0xFFFFFF) * (1.0f / 16777216.0f);
+  return (u1 + u2 - 1.0f) * 2.4494897f;  // sqrt(6) makes the variance 1.
+}
+
+struct TensorSpec {
+  std::string name;
+  std::vector<int64_t> shape;
+  float mean;  // 1 for norm weights, 0 for matrices.
+  float std;
+};
+
+std::vector<TensorSpec> TensorSpecs(const ModelConfig& c, bool write_tied_lm_head) {
+  const int64_t h = c.hidden_size, inter = c.intermediate_size, d = c.head_dim;
+  const int64_t q = c.num_attention_heads * d, kv = c.num_key_value_heads * d;
+  auto matrix = [](std::string name, int64_t rows, int64_t cols) {
+    return TensorSpec{std::move(name), {rows, cols}, 0.0f,
+                      1.0f / std::sqrt(static_cast<float>(cols))};
+  };
+  auto norm = [h](std::string name) { return TensorSpec{std::move(name), {h}, 1.0f, 0.02f}; };
+  std::vector<TensorSpec> specs;
+  specs.push_back(matrix("model.embed_tokens.weight", c.vocab_size, h));
+  for (int l = 0; l < c.num_hidden_layers; ++l) {
+    const std::string p = absl::StrCat("model.layers.", l, ".");
+    specs.push_back(norm(p + "input_layernorm.weight"));
+    specs.push_back(matrix(p + "self_attn.q_proj.weight", q, h));
+    specs.push_back(matrix(p + "self_attn.k_proj.weight", kv, h));
+    specs.push_back(matrix(p + "self_attn.v_proj.weight", kv, h));
+    specs.push_back(matrix(p + "self_attn.o_proj.weight", h, q));
+    specs.push_back(norm(p + "post_attention_layernorm.weight"));
+    specs.push_back(matrix(p + "mlp.gate_proj.weight", inter, h));
+    specs.push_back(matrix(p + "mlp.down_proj.weight", h, inter));
+    specs.push_back(matrix(p + "mlp.up_proj.weight", inter, h));
+  }
+  specs.push_back(norm("model.norm.weight"));
+  if (!c.tie_word_embeddings || write_tied_lm_head) {
+    TensorSpec head = matrix("lm_head.weight", c.vocab_size, h);
+    // A tied head must equal the embedding, so it draws the embedding's numbers.
+    if (c.tie_word_embeddings) head.std = specs[0].std;
+    specs.push_back(std::move(head));
+  }
+  return specs;
+}
+
+SafetensorsWriter::Filler RandomFiller(const TensorSpec& spec, uint64_t key, DType dtype) {
+  const float mean = spec.mean, std = spec.std;
+  return [key, mean, std, dtype](uint64_t offset, uint64_t n, void* dst) {
+    switch (dtype) {
+      case DType::kF32: {
+        auto* out = static_cast<float*>(dst);
+        for (uint64_t i = 0; i < n; ++i) out[i] = mean + std * Noise(key, offset + i);
+        return;
+      }
+      case DType::kBF16: {
+        auto* out = static_cast<uint16_t*>(dst);
+        for (uint64_t i = 0; i < n; ++i) out[i] = F32ToBf16(mean + std * Noise(key, offset + i));
+        return;
+      }
+      case DType::kF16: {
+        auto* out = static_cast<uint16_t*>(dst);
+        for (uint64_t i = 0; i < n; ++i) out[i] = F32ToF16(mean + std * Noise(key, offset + i));
+        return;
+      }
+    }
+  };
+}
+
+std::string ShardName(int i, int n) {
+  return absl::StrFormat("model-%05d-of-%05d.safetensors", i + 1, n);
+}
+
+}  // namespace
+
+std::vector<std::string> PresetNames() {
+  return {"tiny", "llama-1b", "llama3-8b", "llama-70b-layers"};
+}
+
+absl::StatusOr<ModelConfig> PresetConfig(absl::string_view name, int num_layers) {
+  ModelConfig c;
+  c.bos_token_id = 1;
+  c.eos_token_ids = {2};
+  auto llama3 = [&c](int hidden, int inter, int heads, int kv, int head_dim, int layers) {
+    c.hidden_size = hidden;
+    c.intermediate_size = inter;
+    c.num_attention_heads = heads;
+    c.num_key_value_heads = kv;
+    c.head_dim = head_dim;
+    c.num_hidden_layers = layers;
+    c.vocab_size = 128256;
+    c.max_position_embeddings = 131072;
+    c.rope_theta = 500000.0f;
+    c.rms_norm_eps = 1e-5f;
+  };
+  if (name == "tiny") {
+    // Awkward sizes on purpose: hidden not a power of two, intermediate not a multiple
+    // of 64, vocab just past the byte pieces.
+    c.hidden_size = 96;
+    c.intermediate_size = 200;
+    c.num_attention_heads = 6;
+    c.num_key_value_heads = 2;
+    c.head_dim = 16;
+    c.num_hidden_layers = 2;
+    c.vocab_size = 300;
+    c.max_position_embeddings = 512;
+    c.tie_word_embeddings = true;
+  } else if (name == "llama-1b") {
+    llama3(2048, 8192, 32, 8, 64, 16);
+    c.tie_word_embeddings = true;
+  } else if (name == "llama3-8b") {
+    llama3(4096, 14336, 32, 8, 128, 32);
+  } else if (name == "llama-70b-layers") {
+    llama3(8192, 28672, 64, 8, 128, 2);
+  } else {
+    return absl::InvalidArgumentError(absl::StrCat("unknown preset \"", name,
+                                                   "\" (known: ", absl::StrJoin(PresetNames(), ", "),
+                                                   ")"));
+  }
+  if (num_layers > 0) c.num_hidden_layers = num_layers;
+  return c;
+}
+
+std::string ByteLevelTokenizerJson(int vocab_size) {
+  SentencePieceVocab vocab;
+  vocab.pieces = {"<unk>", "<s>", "</s>"};
+  for (int b = 0; b < kNumBytePieces; ++b) vocab.pieces.push_back(absl::StrFormat("<0x%02X>", b));
+  vocab.scores.assign(vocab.pieces.size(), 0.0f);
+
+  // Each filler piece is an earlier piece plus one letter, so BPE merges can reach it.
+  const std::string space = "\xE2\x96\x81";
+  std::vector<std::string> fillers = {space};
+  for (char c = 'a'; c <= 'z'; ++c) fillers.emplace_back(1, c);
+  for (char c = 'A'; c <= 'Z'; ++c) fillers.emplace_back(1, c);
+  for (char c = '0'; c <= '9'; ++c) fillers.emplace_back(1, c);
+  for (char c : std::string(".,!?'")) fillers.emplace_back(1, c);
+  std::unordered_set<std::string> seen(fillers.begin(), fillers.end());
+  const size_t needed = static_cast<size_t>(std::max(vocab_size - kMinVocab, 0));
+  for (size_t i = 0; fillers.size() < needed && i < fillers.size(); ++i) {
+    for (char c = 'a'; c <= 'z' && fillers.size() < needed; ++c) {
+      std::string piece = fillers[i] + c;
+      if (seen.insert(piece).second) fillers.push_back(std::move(piece));
+    }
+  }
+  fillers.resize(needed);
+  for (size_t i = 0; i < fillers.size(); ++i) {
+    vocab.pieces.push_back(fillers[i]);
+    vocab.scores.push_back(-static_cast<float>(i));
+  }
+  return SentencePieceTokenizerJson(vocab);
+}
+
+absl::Status GenerateRandomCheckpoint(const ModelConfig& config, const GenerateOptions& options) {
+  // The config goes through the same validation a loader applies.
+  ModelConfig c = config;
+  c.torch_dtype = options.dtype;
+  RETURN_IF_ERROR(ModelConfig::FromJson(c.ToJson(), "generated config").status());
+  if (c.vocab_size < kMinVocab) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "vocab_size ", c.vocab_size, " is too small: the byte-level tokenizer needs at least ",
+        kMinVocab, " (3 special + 256 byte pieces)"));
+  }
+  if (c.bos_token_id != 1 || c.eos_token_ids != std::vector<int>{2}) {
+    return absl::InvalidArgumentError(
+        "the generated tokenizer has <s> = 1 and </s> = 2; set bos_token_id 1 and eos 2");
+  }
+  const std::vector<TensorSpec> specs = TensorSpecs(c, options.write_tied_lm_head);
+  const int num_shards = options.num_shards;
+  if (num_shards < 1 || static_cast<size_t>(num_shards) > specs.size()) {
+    return absl::InvalidArgumentError(absl::StrCat("num_shards must be in [1, ", specs.size(),
+                                                   "] for this model, got ", num_shards));
+  }
+
+  std::error_code ec;
+  std::filesystem::create_directories(options.out_dir, ec);
+  if (ec) {
+    return absl::PermissionDeniedError(
+        absl::StrCat(options.out_dir.string(), ": cannot create folder: ", ec.message()));
+  }
+
+  // Contiguous runs of tensors per shard, cut where the running size passes i/N of the
+  // total, never leaving a shard empty.
+  std::vector<uint64_t> bytes(specs.size());
+  uint64_t total = 0;
+  for (size_t t = 0; t < specs.size(); ++t) {
+    bytes[t] = DTypeSize(options.dtype);
+    for (int64_t d : specs[t].shape) bytes[t] *= static_cast<uint64_t>(d);
+    total += bytes[t];
+  }
+  std::vector<SafetensorsWriter> writers(num_shards);
+  std::vector<int> shard_of(specs.size());
+  int shard = 0;
+  uint64_t cumulative = 0;
+  for (size_t t = 0; t < specs.size(); ++t) {
+    shard_of[t] = shard;
+    cumulative += bytes[t];
+    const size_t tensors_left = specs.size() - t - 1;
+    const size_t shards_left = static_cast<size_t>(num_shards - 1 - shard);
+    if (shards_left > 0 && (cumulative * num_shards >= total * (shard + 1) ||
+                            tensors_left == shards_left)) {
+      ++shard;
+    }
+  }
+  const uint64_t embed_key = SplitMix64(options.seed ^ HashName(specs[0].name));
+  for (size_t t = 0; t < specs.size(); ++t) {
+    const bool tied_head = specs[t].name == "lm_head.weight" && c.tie_word_embeddings;
+    const uint64_t key = tied_head ? embed_key : SplitMix64(options.seed ^ HashName(specs[t].name));
+    writers[shard_of[t]].Add(specs[t].name, options.dtype, specs[t].shape,
+                             RandomFiller(specs[t], key, options.dtype));
+  }
+  for (auto& w : writers) w.SetMetadata("format", "pt");
+
+  // Leftovers of an earlier run in the other layout would change what a loader picks.
+  std::filesystem::remove(options.out_dir / "model.safetensors", ec);
+  uint64_t done_before = 0;
+  nlohmann::json weight_map = nlohmann::json::object();
+  for (int s = 0; s < num_shards; ++s) {
+    const std::string file = num_shards == 1 ? "model.safetensors" : ShardName(s, num_shards);
+    auto progress = [&](uint64_t written, uint64_t) {
+      if (options.progress) options.progress(done_before + written, total);
+    };
+    RETURN_IF_ERROR(writers[s].Write(options.out_dir / file, progress));
+    done_before += writers[s].TotalBytes();
+    for (size_t t = 0; t < specs.size(); ++t) {
+      if (shard_of[t] == s) weight_map[specs[t].name] = file;
+    }
+  }
+  if (num_shards > 1) {
+    nlohmann::json index;
+    index["metadata"] = {{"total_size", total}};
+    index["weight_map"] = std::move(weight_map);
+    RETURN_IF_ERROR(WriteStringToFile(options.out_dir / "model.safetensors.index.json",
+                                      index.dump(2) + "\n"));
+  } else {
+    std::filesystem::remove(options.out_dir / "model.safetensors.index.json", ec);
+  }
+  RETURN_IF_ERROR(WriteStringToFile(options.out_dir / "config.json", c.ToJson()));
+  RETURN_IF_ERROR(
+      WriteStringToFile(options.out_dir / "tokenizer.json", ByteLevelTokenizerJson(c.vocab_size)));
+  RETURN_IF_ERROR(WriteStringToFile(options.out_dir / "tokenizer_config.json",
+                                    LlamaTokenizerConfigJson(c.max_position_embeddings)));
+  return absl::OkStatus();
+}
+
+}  // namespace tessera

@@ -1,0 +1,35 @@
+// `tessera`: the command-line entry point (local generation, conversion, tooling; the
+// serving commands join as they land).
+#include <cstdio>
+#include <cstring>
+#include <string>
+
+#include "tools/tessera/commands.h"
+
+namespace {
+
+constexpr char kUsage[] =
+    "Usage: tessera <command> [flags]\n"
+    "\n"
+    "Commands:\n"
+    "  run              Load a model folder and generate text in this process.\n"
+    "  convert-llama2c  Convert a llama2.c checkpoint + tokenizer to a Hugging Face folder.\n"
+    "  gen-checkpoint   Write a Llama-shaped checkpoint with random weights.\n"
+    "\n"
+    "Run `tessera <command> --help` for the flags of a command.\n";
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  if (argc < 2 || std::strcmp(argv[1], "--help") == 0 || std::strcmp(argv[1], "-h") == 0 ||
+      std::strcmp(argv[1], "help") == 0) {
+    std::fputs(kUsage, argc < 2 ? stderr : stdout);
+    return argc < 2 ? 2 : 0;
+  }
+  const std::string command = argv[1];
+  if (command == "run") return tessera::cli::RunMain(argc - 1, argv + 1);
+  if (command == "convert-llama2c") return tessera::cli::ConvertLlama2cMain(argc - 1, argv + 1);
+  if (command == "gen-checkpoint") return tessera::cli::GenCheckpointMain(argc - 1, argv + 1);
+  std::fprintf(stderr, "tessera: unknown command '%s'\n\n%s", command.c_str(), kUsage);
+  return 2;
+}

@@ -1,0 +1,52 @@
+#include "worker/kv_cache.h"
+
+#include <algorithm>
+
+#include "absl/strings/str_cat.h"
+#include "common/status_macros.h"
+
+namespace tessera {
+
+absl::StatusOr<std::unique_ptr<KvCache>> KvCache::Create(kernels::Backend* backend,
+                                                         int num_layers,
+                                                         const kernels::KvCacheShape& shape) {
+  if (shape.num_blocks <= 0 || shape.block_size <= 0 || shape.num_kv_heads <= 0 ||
+      shape.head_dim <= 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("invalid KV cache shape: ", shape.num_blocks, " blocks of ",
+                     shape.block_size, " tokens, ", shape.num_kv_heads, " heads of ",
+                     shape.head_dim));
+  }
+  auto cache = std::unique_ptr<KvCache>(new KvCache());
+  cache->shape_ = shape;
+  const size_t bytes = shape.elements() * sizeof(float);
+  for (int l = 0; l < num_layers; ++l) {
+    ASSIGN_OR_RETURN(DeviceBuffer k,
+                     DeviceBuffer::Allocate(backend, bytes, absl::StrCat("K cache layer ", l)));
+    ASSIGN_OR_RETURN(DeviceBuffer v,
+                     DeviceBuffer::Allocate(backend, bytes, absl::StrCat("V cache layer ", l)));
+    cache->k_.push_back(std::move(k));
+    cache->v_.push_back(std::move(v));
+  }
+  return cache;
+}
+
+size_t KvCache::BytesPerBlock(int num_layers, int block_size, int kv_heads, int head_dim) {
+  return static_cast<size_t>(num_layers) * 2 * block_size * kv_heads * head_dim * sizeof(float);
+}
+
+int KvCache::BlocksThatFit(const kernels::Backend& backend, double fraction,
+                           size_t reserve_bytes, int num_layers, int block_size, int kv_heads,
+                           int head_dim) {
+  const double usable = static_cast<double>(backend.FreeMemoryBytes()) * fraction -
+                        static_cast<double>(reserve_bytes);
+  if (usable <= 0) return 0;
+  const size_t per_block = BytesPerBlock(num_layers, block_size, kv_heads, head_dim);
+  return static_cast<int>(std::min<double>(usable / per_block, 1 << 30));
+}
+
+size_t KvCache::bytes() const {
+  return shape_.elements() * sizeof(float) * 2 * k_.size();
+}
+
+}  // namespace tessera

@@ -1,0 +1,257 @@
+#include "worker/llama_model.h"
+
+#include <cmath>
+#include <cstring>
+
+#include "absl/strings/str_cat.h"
+#include "common/status_macros.h"
+
+namespace tessera {
+namespace {
+
+// Grows `buffer` to hold at least `bytes`.
+absl::Status Reserve(kernels::Backend* backend, DeviceBuffer* buffer, size_t bytes,
+                     absl::string_view what) {
+  if (buffer->bytes() >= bytes && buffer->get() != nullptr) return absl::OkStatus();
+  buffer->Reset();
+  ASSIGN_OR_RETURN(*buffer, DeviceBuffer::Allocate(backend, bytes, what));
+  return absl::OkStatus();
+}
+
+template <typename T>
+void Upload(kernels::Backend* backend, const DeviceBuffer& dst, const std::vector<T>& src) {
+  if (!src.empty()) backend->CopyToDevice(dst.get(), src.data(), src.size() * sizeof(T));
+}
+
+absl::Status ValidateBatch(const StepBatch& b, const ModelConfig& c,
+                           const kernels::KvCacheShape& shape) {
+  const int n = b.num_tokens(), seqs = b.num_seqs();
+  if (n == 0 || seqs == 0) return absl::InvalidArgumentError("empty step batch");
+  if (static_cast<int>(b.positions.size()) != n || static_cast<int>(b.slot_mapping.size()) != n ||
+      static_cast<int>(b.query_start.size()) != seqs + 1 || b.query_start[0] != 0 ||
+      b.query_start[seqs] != n ||
+      static_cast<int64_t>(b.block_tables.size()) != static_cast<int64_t>(seqs) * b.max_blocks_per_seq) {
+    return absl::InvalidArgumentError("step batch arrays disagree in length");
+  }
+  for (int i = 0; i < n; ++i) {
+    if (b.token_ids[i] < 0 || b.token_ids[i] >= c.vocab_size) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("token id ", b.token_ids[i], " outside the vocabulary of ", c.vocab_size));
+    }
+    const int64_t max_slot = static_cast<int64_t>(shape.num_blocks) * shape.block_size;
+    if (b.slot_mapping[i] < 0 || b.slot_mapping[i] >= max_slot) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("slot ", b.slot_mapping[i], " outside the KV cache of ", max_slot, " slots"));
+    }
+  }
+  for (int s = 0; s < seqs; ++s) {
+    const int new_tokens = b.query_start[s + 1] - b.query_start[s];
+    if (new_tokens <= 0 || b.context_lens[s] < new_tokens ||
+        b.context_lens[s] > b.max_blocks_per_seq * shape.block_size) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("sequence ", s, " of the step: ", new_tokens, " new tokens, context ",
+                       b.context_lens[s], ", room for ", b.max_blocks_per_seq * shape.block_size));
+    }
+    for (int j = 0; j < b.max_blocks_per_seq; ++j) {
+      const int32_t block = b.block_tables[static_cast<size_t>(s) * b.max_blocks_per_seq + j];
+      if (block < 0 || block >= shape.num_blocks) {
+        return absl::InvalidArgumentError(absl::StrCat("block id ", block, " outside the cache of ",
+                                                       shape.num_blocks, " blocks"));
+      }
+    }
+  }
+  for (int32_t row : b.logits_rows) {
+    if (row < 0 || row >= n) {
+      return absl::InvalidArgumentError(absl::StrCat("logits row ", row, " outside the step"));
+    }
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<LlamaModel>> LlamaModel::Load(const std::filesystem::path& model_dir,
+                                                             kernels::Backend* backend,
+                                                             Communicator* comm,
+                                                             const LoadProgress& progress) {
+  auto model = std::unique_ptr<LlamaModel>(new LlamaModel());
+  ASSIGN_OR_RETURN(model->config_, ModelConfig::Load(model_dir));
+  ASSIGN_OR_RETURN(model->layout_,
+                   ShardLayout::Make(model->config_, comm->rank(), comm->world_size()));
+  ASSIGN_OR_RETURN(std::unique_ptr<Checkpoint> checkpoint, Checkpoint::Open(model_dir));
+  ASSIGN_OR_RETURN(model->weights_, LoadModelWeights(*checkpoint, model->config_, model->layout_,
+                                                     backend, progress));
+  model->backend_ = backend;
+  model->comm_ = comm;
+  return model;
+}
+
+size_t LlamaModel::KvBytesPerBlock(int block_size) const {
+  return KvCache::BytesPerBlock(config_.num_hidden_layers, block_size,
+                                static_cast<int>(layout_.kv_heads.size()), config_.head_dim);
+}
+
+absl::StatusOr<std::unique_ptr<KvCache>> LlamaModel::CreateKvCache(int num_blocks,
+                                                                   int block_size) const {
+  kernels::KvCacheShape shape;
+  shape.num_blocks = num_blocks;
+  shape.block_size = block_size;
+  shape.num_kv_heads = static_cast<int>(layout_.kv_heads.size());
+  shape.head_dim = config_.head_dim;
+  return KvCache::Create(backend_, config_.num_hidden_layers, shape);
+}
+
+absl::Status LlamaModel::EnsureWorkspace(int tokens, int seqs, int blocks, int num_logits) {
+  Workspace& w = ws_;
+  if (tokens <= w.tokens && seqs <= w.seqs && blocks <= w.blocks && num_logits <= w.logits) {
+    return absl::OkStatus();
+  }
+  // Grow geometrically so a growing batch does not reallocate every step.
+  tokens = std::max(tokens, w.tokens);
+  seqs = std::max(seqs, w.seqs);
+  blocks = std::max(blocks, w.blocks);
+  num_logits = std::max(num_logits, w.logits);
+  const size_t h = config_.hidden_size, hd = config_.head_dim;
+  const size_t nq = layout_.q_heads.size(), nkv = layout_.kv_heads.size();
+  const size_t inter = layout_.intermediate.size();
+  const size_t vocab_max = EvenSplit(config_.vocab_size, 0, layout_.world).size();
+  const size_t t = tokens, f = sizeof(float), world = layout_.world;
+  RETURN_IF_ERROR(Reserve(backend_, &w.hidden, t * h * f, "hidden states"));
+  RETURN_IF_ERROR(Reserve(backend_, &w.normed, t * h * f, "normed states"));
+  RETURN_IF_ERROR(Reserve(backend_, &w.qkv, t * (nq + 2 * nkv) * hd * f, "qkv"));
+  RETURN_IF_ERROR(Reserve(backend_, &w.attn, t * nq * hd * f, "attention output"));
+  RETURN_IF_ERROR(Reserve(backend_, &w.proj, t * h * f, "projection output"));
+  RETURN_IF_ERROR(Reserve(backend_, &w.gate_up, t * 2 * inter * f, "gate/up"));
+  RETURN_IF_ERROR(Reserve(backend_, &w.act, t * inter * f, "MLP activation"));
+  RETURN_IF_ERROR(Reserve(backend_, &w.selected, num_logits * h * f, "logit rows"));
+  RETURN_IF_ERROR(Reserve(backend_, &w.logits_local,
+                          num_logits * vocab_max * f * (world + 1), "logits"));
+  RETURN_IF_ERROR(Reserve(backend_, &w.token_ids, t * 4, "token ids"));
+  RETURN_IF_ERROR(Reserve(backend_, &w.positions, t * 4, "positions"));
+  RETURN_IF_ERROR(Reserve(backend_, &w.slots, t * 8, "slot mapping"));
+  RETURN_IF_ERROR(Reserve(backend_, &w.query_start, (seqs + 1) * 4, "query starts"));
+  RETURN_IF_ERROR(Reserve(backend_, &w.context_lens, seqs * 4, "context lengths"));
+  RETURN_IF_ERROR(Reserve(backend_, &w.block_tables, static_cast<size_t>(seqs) * blocks * 4,
+                          "block tables"));
+  w.tokens = tokens;
+  w.seqs = seqs;
+  w.blocks = blocks;
+  w.logits = num_logits;
+  return absl::OkStatus();
+}
+
+absl::Status LlamaModel::Forward(const StepBatch& batch, KvCache* cache,
+                                 std::vector<float>* logits) {
+  RETURN_IF_ERROR(ValidateBatch(batch, config_, cache->shape()));
+  const int n = batch.num_tokens();
+  const int num_logits = static_cast<int>(batch.logits_rows.size());
+  RETURN_IF_ERROR(EnsureWorkspace(n, batch.num_seqs(), batch.max_blocks_per_seq,
+                                  std::max(num_logits, 1)));
+  kernels::Backend& be = *backend_;
+  Workspace& w = ws_;
+  Upload(backend_, w.token_ids, batch.token_ids);
+  Upload(backend_, w.positions, batch.positions);
+  Upload(backend_, w.slots, batch.slot_mapping);
+  Upload(backend_, w.query_start, batch.query_start);
+  Upload(backend_, w.context_lens, batch.context_lens);
+  Upload(backend_, w.block_tables, batch.block_tables);
+
+  kernels::AttentionBatch attn_batch;
+  attn_batch.num_seqs = batch.num_seqs();
+  attn_batch.num_tokens = n;
+  attn_batch.query_start = w.query_start.as<int32_t>();
+  attn_batch.context_lens = w.context_lens.as<int32_t>();
+  attn_batch.block_tables = w.block_tables.as<int32_t>();
+  attn_batch.max_blocks_per_seq = batch.max_blocks_per_seq;
+  attn_batch.slot_mapping = w.slots.as<int64_t>();
+
+  const int h = config_.hidden_size, hd = config_.head_dim;
+  const int nq = static_cast<int>(layout_.q_heads.size());
+  const int nkv = static_cast<int>(layout_.kv_heads.size());
+  const int qkv_dim = (nq + 2 * nkv) * hd;
+  const int inter = static_cast<int>(layout_.intermediate.size());
+  const float eps = config_.rms_norm_eps;
+  const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
+  float* hidden = w.hidden.as<float>();
+  float* normed = w.normed.as<float>();
+  float* qkv = w.qkv.as<float>();
+  float* proj = w.proj.as<float>();
+
+  be.EmbeddingGather(w.token_ids.as<int32_t>(), n, weights_.embed.view, layout_.vocab.begin,
+                     hidden);
+  RETURN_IF_ERROR(comm_->AllReduceSum(hidden, static_cast<size_t>(n) * h));
+
+  for (int l = 0; l < config_.num_hidden_layers; ++l) {
+    const LayerWeights& lw = weights_.layers[l];
+    if (l == 0) {
+      be.RmsNorm(hidden, lw.input_norm.as<float>(), n, h, eps, normed);
+    } else {
+      be.AddRmsNorm(hidden, proj, lw.input_norm.as<float>(), n, h, eps, normed);
+    }
+    be.Gemm(normed, n, lw.qkv.view, qkv);
+    be.Rope(qkv, n, qkv_dim, w.positions.as<int32_t>(), nq, nkv, hd, config_.rope_theta);
+    be.WriteKvCache(qkv + nq * hd, qkv + (nq + nkv) * hd, qkv_dim, w.slots.as<int64_t>(), n,
+                    cache->shape(), cache->k(l), cache->v(l));
+    be.PagedAttention(qkv, qkv_dim, attn_batch, cache->k(l), cache->v(l), cache->shape(), nq,
+                      scale, w.attn.as<float>());
+    be.Gemm(w.attn.as<float>(), n, lw.o.view, proj);
+    RETURN_IF_ERROR(comm_->AllReduceSum(proj, static_cast<size_t>(n) * h));
+    be.AddRmsNorm(hidden, proj, lw.post_norm.as<float>(), n, h, eps, normed);
+    be.Gemm(normed, n, lw.gate_up.view, w.gate_up.as<float>());
+    be.SiluMul(w.gate_up.as<float>(), n, inter, w.act.as<float>());
+    be.Gemm(w.act.as<float>(), n, lw.down.view, proj);
+    RETURN_IF_ERROR(comm_->AllReduceSum(proj, static_cast<size_t>(n) * h));
+  }
+  if (num_logits == 0) {
+    logits->clear();
+    return absl::OkStatus();
+  }
+  be.AddRmsNorm(hidden, proj, weights_.final_norm.as<float>(), n, h, eps, normed);
+  float* selected = w.selected.as<float>();
+  for (int i = 0; i < num_logits; ++i) {
+    be.CopyOnDevice(selected + static_cast<size_t>(i) * h,
+                    normed + static_cast<size_t>(batch.logits_rows[i]) * h, h * sizeof(float));
+  }
+  return GatherLogits(num_logits, logits);
+}
+
+absl::Status LlamaModel::GatherLogits(int rows, std::vector<float>* logits) {
+  kernels::Backend& be = *backend_;
+  const int world = layout_.world;
+  const size_t vocab = config_.vocab_size;
+  const size_t local = layout_.vocab.size();
+  const size_t vmax = EvenSplit(config_.vocab_size, 0, world).size();
+  float* local_logits = ws_.logits_local.as<float>();
+  logits->resize(rows * vocab);
+  if (world == 1) {
+    be.Gemm(ws_.selected.as<float>(), rows, weights_.lm_head_view(), local_logits);
+    be.CopyToHost(logits->data(), local_logits, rows * vocab * sizeof(float));
+    return absl::OkStatus();
+  }
+  // Vocab shards differ by at most one row: pad each to vmax so all-gather sees equal parts.
+  float* padded = local_logits + rows * vmax * world;  // Past the gather's receive area.
+  float* gathered = local_logits;
+  // The receive area is free until the gather: compute there, then re-stride into `padded`.
+  be.Gemm(ws_.selected.as<float>(), rows, weights_.lm_head_view(), gathered);
+  if (local == vmax) {
+    be.CopyOnDevice(padded, gathered, rows * vmax * sizeof(float));
+  } else {
+    for (int r = 0; r < rows; ++r) {
+      be.CopyOnDevice(padded + r * vmax, gathered + r * local, local * sizeof(float));
+    }
+  }
+  RETURN_IF_ERROR(comm_->AllGather(padded, rows * vmax, gathered));
+  std::vector<float> host(static_cast<size_t>(world) * rows * vmax);
+  be.CopyToHost(host.data(), gathered, host.size() * sizeof(float));
+  for (int rank = 0; rank < world; ++rank) {
+    const Range part = EvenSplit(config_.vocab_size, rank, world);
+    for (int r = 0; r < rows; ++r) {
+      std::memcpy(logits->data() + r * vocab + part.begin,
+                  host.data() + (static_cast<size_t>(rank) * rows + r) * vmax,
+                  part.size() * sizeof(float));
+    }
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace tessera

@@ -1,0 +1,82 @@
+#ifndef TESSERA_WORKER_LLAMA_MODEL_H_
+#define TESSERA_WORKER_LLAMA_MODEL_H_
+
+#include <cstdint>
+#include <filesystem>
+#include <memory>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "common/model_config.h"
+#include "common/tensor_parallel.h"
+#include "kernels/backend.h"
+#include "worker/communicator.h"
+#include "worker/device_buffer.h"
+#include "worker/kv_cache.h"
+#include "worker/model_weights.h"
+
+namespace tessera {
+
+// One step's tokens, flattened over its sequences (host memory). Sequence s computes
+// tokens [query_start[s], query_start[s+1]); after the step its cache holds
+// context_lens[s] tokens. See kernels::AttentionBatch.
+struct StepBatch {
+  std::vector<int32_t> token_ids;       // [num_tokens]
+  std::vector<int32_t> positions;       // [num_tokens]
+  std::vector<int64_t> slot_mapping;    // [num_tokens]
+  std::vector<int32_t> query_start;     // [num_seqs + 1]
+  std::vector<int32_t> context_lens;    // [num_seqs]
+  std::vector<int32_t> block_tables;    // [num_seqs * max_blocks_per_seq], padded with 0
+  int max_blocks_per_seq = 0;
+  std::vector<int32_t> logits_rows;     // Token rows whose next-token logits are wanted.
+
+  int num_tokens() const { return static_cast<int>(token_ids.size()); }
+  int num_seqs() const { return static_cast<int>(context_lens.size()); }
+};
+
+// The Llama decoder on one tensor-parallel rank: its weight slices, the two row-parallel
+// all-reduces per layer, vocab-parallel embedding (all-reduce) and lm_head (all-gather).
+class LlamaModel {
+ public:
+  // `comm` decides rank and world size; it must outlive the model.
+  static absl::StatusOr<std::unique_ptr<LlamaModel>> Load(const std::filesystem::path& model_dir,
+                                                          kernels::Backend* backend,
+                                                          Communicator* comm,
+                                                          const LoadProgress& progress = nullptr);
+
+  // Runs one step over `batch` writing K/V into `cache`. On return `logits` (host) holds
+  // [batch.logits_rows.size(), vocab_size] full-vocabulary logits, on every rank.
+  absl::Status Forward(const StepBatch& batch, KvCache* cache, std::vector<float>* logits);
+
+  // Allocates this rank's KV cache with `num_blocks` blocks of `block_size` tokens.
+  absl::StatusOr<std::unique_ptr<KvCache>> CreateKvCache(int num_blocks, int block_size) const;
+  // Bytes of one KV block on this rank (all layers, K and V).
+  size_t KvBytesPerBlock(int block_size) const;
+
+  const ModelConfig& config() const { return config_; }
+  const ShardLayout& layout() const { return layout_; }
+  uint64_t weight_bytes() const { return weights_.bytes; }
+  kernels::Backend* backend() const { return backend_; }
+
+ private:
+  LlamaModel() = default;
+  absl::Status EnsureWorkspace(int num_tokens, int num_seqs, int max_blocks, int num_logits);
+  absl::Status GatherLogits(int num_rows, std::vector<float>* logits);
+
+  ModelConfig config_;
+  ShardLayout layout_;
+  kernels::Backend* backend_ = nullptr;
+  Communicator* comm_ = nullptr;
+  ModelWeights weights_;
+
+  // Per-step scratch in backend memory, grown on demand.
+  struct Workspace {
+    int tokens = 0, seqs = 0, blocks = 0, logits = 0;
+    DeviceBuffer hidden, normed, qkv, attn, proj, gate_up, act, selected, logits_local;
+    DeviceBuffer token_ids, positions, slots, query_start, context_lens, block_tables;
+  } ws_;
+};
+
+}  // namespace tessera
+
+#endif  // TESSERA_WORKER_LLAMA_MODEL_H_

@@ -1,0 +1,131 @@
+#include "worker/model_weights.h"
+
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "common/status_macros.h"
+
+namespace tessera {
+namespace {
+
+// One slice of a checkpoint tensor that goes into a fused matrix.
+struct Part {
+  std::string name;
+  std::vector<int64_t> full_shape;  // Checked against the file.
+  Range rows;
+  Range cols;
+};
+
+class Loader {
+ public:
+  Loader(const Checkpoint& checkpoint, kernels::Backend* backend, int total,
+         const LoadProgress& progress)
+      : checkpoint_(checkpoint), backend_(backend), total_(total), progress_(progress) {}
+
+  absl::Status CheckShape(const Part& part) {
+    ASSIGN_OR_RETURN(const TensorInfo* info, checkpoint_.Info(part.name));
+    if (info->shape != part.full_shape) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          checkpoint_.dir().string(), ": tensor ", part.name, " has shape [",
+          absl::StrJoin(info->shape, ", "), "], config.json implies [",
+          absl::StrJoin(part.full_shape, ", "), "]"));
+    }
+    return absl::OkStatus();
+  }
+
+  // Stacks the row blocks of `parts` (all with the same column count) into one matrix in
+  // the dtype of the first part.
+  absl::StatusOr<DeviceMatrix> Matrix(const std::vector<Part>& parts) {
+    for (const Part& p : parts) RETURN_IF_ERROR(CheckShape(p));
+    ASSIGN_OR_RETURN(const TensorInfo* first, checkpoint_.Info(parts[0].name));
+    const DType dtype = first->dtype;
+    const int64_t cols = parts[0].cols.size();
+    int64_t rows = 0;
+    for (const Part& p : parts) rows += p.rows.size();
+    const size_t bytes = static_cast<size_t>(rows * cols) * DTypeSize(dtype);
+    std::vector<uint8_t> staging(bytes);
+    size_t offset = 0;
+    for (const Part& p : parts) {
+      RETURN_IF_ERROR(checkpoint_.ReadSlice(p.name, p.rows, p.cols, dtype, staging.data() + offset));
+      offset += static_cast<size_t>(p.rows.size() * cols) * DTypeSize(dtype);
+    }
+    ASSIGN_OR_RETURN(DeviceBuffer buffer, DeviceBuffer::Allocate(backend_, bytes, parts[0].name));
+    backend_->CopyToDevice(buffer.get(), staging.data(), bytes);
+    DeviceMatrix m;
+    m.view = {buffer.get(), dtype, rows, cols};
+    m.buffer = std::move(buffer);
+    Done(bytes);
+    return m;
+  }
+
+  absl::StatusOr<DeviceBuffer> Vector(const std::string& name, int64_t size) {
+    RETURN_IF_ERROR(CheckShape({name, {size}, {0, 1}, {0, size}}));
+    std::vector<float> staging(size);
+    RETURN_IF_ERROR(checkpoint_.ReadSlice(name, {0, 1}, {0, size}, DType::kF32, staging.data()));
+    ASSIGN_OR_RETURN(DeviceBuffer buffer,
+                     DeviceBuffer::Allocate(backend_, size * sizeof(float), name));
+    backend_->CopyToDevice(buffer.get(), staging.data(), size * sizeof(float));
+    Done(size * sizeof(float));
+    return buffer;
+  }
+
+  uint64_t bytes() const { return bytes_; }
+
+ private:
+  void Done(uint64_t bytes) {
+    bytes_ += bytes;
+    ++done_;
+    if (progress_) progress_(done_, total_, bytes_);
+  }
+
+  const Checkpoint& checkpoint_;
+  kernels::Backend* backend_;
+  int total_;
+  const LoadProgress& progress_;
+  int done_ = 0;
+  uint64_t bytes_ = 0;
+};
+
+}  // namespace
+
+absl::StatusOr<ModelWeights> LoadModelWeights(const Checkpoint& checkpoint,
+                                              const ModelConfig& c, const ShardLayout& s,
+                                              kernels::Backend* backend,
+                                              const LoadProgress& progress) {
+  const int64_t h = c.hidden_size, hd = c.head_dim, inter = c.intermediate_size;
+  const int64_t nq = c.num_attention_heads, nkv = c.num_key_value_heads, vocab = c.vocab_size;
+  const Range all_h{0, h};
+  const Range q_rows{s.q_heads.begin * hd, s.q_heads.end * hd};
+  const Range kv_rows{s.kv_heads.begin * hd, s.kv_heads.end * hd};
+
+  ModelWeights w;
+  w.tied = c.tie_word_embeddings || !checkpoint.Has("lm_head.weight");
+  const int total = 2 + (w.tied ? 0 : 1) + c.num_hidden_layers * 6;
+  Loader load(checkpoint, backend, total, progress);
+
+  ASSIGN_OR_RETURN(w.embed, load.Matrix({{"model.embed_tokens.weight", {vocab, h}, s.vocab, all_h}}));
+  if (!w.tied) {
+    ASSIGN_OR_RETURN(w.lm_head, load.Matrix({{"lm_head.weight", {vocab, h}, s.vocab, all_h}}));
+  }
+  ASSIGN_OR_RETURN(w.final_norm, load.Vector("model.norm.weight", h));
+
+  for (int l = 0; l < c.num_hidden_layers; ++l) {
+    const std::string p = absl::StrCat("model.layers.", l, ".");
+    LayerWeights layer;
+    ASSIGN_OR_RETURN(layer.input_norm, load.Vector(p + "input_layernorm.weight", h));
+    ASSIGN_OR_RETURN(layer.post_norm, load.Vector(p + "post_attention_layernorm.weight", h));
+    ASSIGN_OR_RETURN(layer.qkv, load.Matrix({{p + "self_attn.q_proj.weight", {nq * hd, h}, q_rows, all_h},
+                                             {p + "self_attn.k_proj.weight", {nkv * hd, h}, kv_rows, all_h},
+                                             {p + "self_attn.v_proj.weight", {nkv * hd, h}, kv_rows, all_h}}));
+    ASSIGN_OR_RETURN(layer.o, load.Matrix({{p + "self_attn.o_proj.weight", {h, nq * hd}, all_h, q_rows}}));
+    ASSIGN_OR_RETURN(layer.gate_up, load.Matrix({{p + "mlp.gate_proj.weight", {inter, h}, s.intermediate, all_h},
+                                                 {p + "mlp.up_proj.weight", {inter, h}, s.intermediate, all_h}}));
+    ASSIGN_OR_RETURN(layer.down, load.Matrix({{p + "mlp.down_proj.weight", {h, inter}, all_h, s.intermediate}}));
+    w.layers.push_back(std::move(layer));
+  }
+  w.bytes = load.bytes();
+  return w;
+}
+
+}  // namespace tessera

@@ -1,0 +1,59 @@
+#ifndef TESSERA_WORKER_MODEL_WEIGHTS_H_
+#define TESSERA_WORKER_MODEL_WEIGHTS_H_
+
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "common/checkpoint.h"
+#include "common/model_config.h"
+#include "common/tensor_parallel.h"
+#include "kernels/backend.h"
+#include "worker/device_buffer.h"
+
+namespace tessera {
+
+// A weight matrix in backend memory.
+struct DeviceMatrix {
+  DeviceBuffer buffer;
+  kernels::MatrixView view;
+};
+
+// One decoder layer's weights as this rank holds them. q/k/v and gate/up are fused at load
+// time (column-parallel, so their slices stack) to run one GEMM each.
+struct LayerWeights {
+  DeviceMatrix qkv;      // [(q_heads + 2 * kv_heads) * head_dim, hidden]
+  DeviceMatrix o;        // [hidden, q_heads * head_dim]   row-parallel
+  DeviceMatrix gate_up;  // [2 * intermediate, hidden]
+  DeviceMatrix down;     // [hidden, intermediate]          row-parallel
+  DeviceBuffer input_norm;  // [hidden] float
+  DeviceBuffer post_norm;   // [hidden] float
+};
+
+struct ModelWeights {
+  DeviceMatrix embed;    // [vocab shard, hidden]
+  DeviceMatrix lm_head;  // [vocab shard, hidden]; unused when tied (embed serves both).
+  bool tied = false;
+  DeviceBuffer final_norm;  // [hidden] float
+  std::vector<LayerWeights> layers;
+  uint64_t bytes = 0;  // Backend bytes held by the weights.
+
+  const kernels::MatrixView& lm_head_view() const { return tied ? embed.view : lm_head.view; }
+};
+
+// Called after each tensor with (tensors done, tensors total, bytes so far).
+using LoadProgress = std::function<void(int, int, uint64_t)>;
+
+// Loads this rank's slice of every weight: the bytes of other ranks' slices are never read.
+// Matrices keep the checkpoint's dtype; norm weights become float.
+absl::StatusOr<ModelWeights> LoadModelWeights(const Checkpoint& checkpoint,
+                                              const ModelConfig& config,
+                                              const ShardLayout& layout,
+                                              kernels::Backend* backend,
+                                              const LoadProgress& progress = nullptr);
+
+}  // namespace tessera
+
+#endif  // TESSERA_WORKER_MODEL_WEIGHTS_H_

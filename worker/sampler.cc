@@ -1,0 +1,130 @@
+#include "worker/sampler.h"
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <numeric>
+#include <unordered_map>
+
+namespace tessera {
+namespace {
+
+uint64_t SplitMix64(uint64_t x) {
+  x += 0x9e3779b97f4a7c15ull;
+  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
+  x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
+  return x ^ (x >> 31);
+}
+
+// A uniform draw in [0, 1) fixed by (seed, step).
+double UniformForStep(uint64_t seed, uint64_t step) {
+  const uint64_t bits = SplitMix64(seed ^ SplitMix64(step + 0x632be59bd9b4e019ull));
+  return static_cast<double>(bits >> 11) * (1.0 / 9007199254740992.0);
+}
+
+void ApplyPenalties(std::vector<float>& logits, const SamplingParams& p,
+                    absl::Span<const int32_t> history, size_t output_start) {
+  const int vocab = static_cast<int>(logits.size());
+  if (p.repetition_penalty != 1.0f) {
+    std::vector<bool> seen(vocab, false);
+    for (int32_t t : history) {
+      if (t < 0 || t >= vocab || seen[t]) continue;
+      seen[t] = true;
+      logits[t] = logits[t] > 0 ? logits[t] / p.repetition_penalty
+                                : logits[t] * p.repetition_penalty;
+    }
+  }
+  if (p.presence_penalty != 0.0f || p.frequency_penalty != 0.0f) {
+    std::unordered_map<int32_t, int> counts;
+    for (size_t i = std::min(output_start, history.size()); i < history.size(); ++i) {
+      ++counts[history[i]];
+    }
+    for (const auto& [t, c] : counts) {
+      if (t < 0 || t >= vocab) continue;
+      logits[t] -= p.presence_penalty + p.frequency_penalty * static_cast<float>(c);
+    }
+  }
+}
+
+// log(sum(exp(x))) computed stably.
+double LogSumExp(const std::vector<float>& x) {
+  const float m = *std::max_element(x.begin(), x.end());
+  double sum = 0;
+  for (float v : x) sum += std::exp(static_cast<double>(v) - m);
+  return m + std::log(sum);
+}
+
+}  // namespace
+
+SampledToken SampleToken(absl::Span<const float> raw, const SamplingParams& p,
+                         absl::Span<const int32_t> history, size_t output_start, uint64_t step) {
+  std::vector<float> logits(raw.begin(), raw.end());
+  ApplyPenalties(logits, p, history, output_start);
+  const int vocab = static_cast<int>(logits.size());
+  const double lse = LogSumExp(logits);
+
+  SampledToken out;
+  if (p.greedy()) {
+    out.id = static_cast<int32_t>(std::max_element(logits.begin(), logits.end()) - logits.begin());
+  } else {
+    // Candidates by descending logit; truncation keeps a prefix of this order.
+    std::vector<int32_t> order(vocab);
+    std::iota(order.begin(), order.end(), 0);
+    const int k = p.top_k > 0 ? std::min(p.top_k, vocab) : vocab;
+    auto by_logit = [&](int32_t a, int32_t b) {
+      return logits[a] > logits[b] || (logits[a] == logits[b] && a < b);
+    };
+    std::partial_sort(order.begin(), order.begin() + k, order.end(), by_logit);
+    order.resize(k);
+    const double inv_t = 1.0 / p.temperature;
+    const double top = logits[order[0]];
+    std::vector<double> probs(k);
+    double total = 0;
+    for (int i = 0; i < k; ++i) {
+      probs[i] = std::exp((logits[order[i]] - top) * inv_t);
+      total += probs[i];
+    }
+    int keep = k;
+    if (p.min_p > 0.0f) {
+      // probs[0] is the largest: keep tokens with p >= min_p * p_max.
+      while (keep > 1 && probs[keep - 1] < p.min_p * probs[0]) --keep;
+    }
+    if (p.top_p < 1.0f) {
+      double cum = 0;
+      for (int i = 0; i < keep; ++i) {
+        cum += probs[i] / total;
+        if (cum >= p.top_p) {
+          keep = i + 1;
+          break;
+        }
+      }
+    }
+    double kept = 0;
+    for (int i = 0; i < keep; ++i) kept += probs[i];
+    const double u = UniformForStep(p.seed, step) * kept;
+    double acc = 0;
+    out.id = order[keep - 1];
+    for (int i = 0; i < keep; ++i) {
+      acc += probs[i];
+      if (u < acc) {
+        out.id = order[i];
+        break;
+      }
+    }
+  }
+  out.logprob = static_cast<float>(logits[out.id] - lse);
+  if (p.num_logprobs > 0) {
+    const int n = std::min(p.num_logprobs, vocab);
+    std::vector<int32_t> ids(vocab);
+    std::iota(ids.begin(), ids.end(), 0);
+    std::partial_sort(ids.begin(), ids.begin() + n, ids.end(), [&](int32_t a, int32_t b) {
+      return logits[a] > logits[b] || (logits[a] == logits[b] && a < b);
+    });
+    for (int i = 0; i < n; ++i) {
+      out.top_logprobs.emplace_back(ids[i], static_cast<float>(logits[ids[i]] - lse));
+    }
+  }
+  return out;
+}
+
+}  // namespace tessera

@@ -1,0 +1,48 @@
+#ifndef TESSERA_WORKER_SERVICE_WORKER_SERVICE_H_
+#define TESSERA_WORKER_SERVICE_WORKER_SERVICE_H_
+
+#include <memory>
+#include <string>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/synchronization/mutex.h"
+#include "kernels/backend.h"
+#include "tessera/v1/worker.grpc.pb.h"
+#include "worker/communicator.h"
+#include "worker/llama_model.h"
+#include "worker/service/step_executor.h"
+
+namespace tessera {
+
+struct WorkerServiceOptions {
+  std::string advertise_host = "127.0.0.1";  // Where peers reach this worker's collectives.
+};
+
+// The Worker gRPC service: joins a group, loads its shard, sizes and allocates its KV
+// cache, then executes steps. Errors become gRPC statuses only here, at the RPC edge.
+class WorkerServiceImpl final : public v1::Worker::Service {
+ public:
+  WorkerServiceImpl(kernels::Backend* backend, WorkerServiceOptions options);
+
+  grpc::Status Configure(grpc::ServerContext* context, const v1::ConfigureRequest* request,
+                         v1::ConfigureResponse* response) override;
+  grpc::Status LoadShard(grpc::ServerContext* context, const v1::LoadShardRequest* request,
+                         grpc::ServerWriter<v1::LoadShardProgress>* writer) override;
+  grpc::Status InitCache(grpc::ServerContext* context, const v1::InitCacheRequest* request,
+                         v1::InitCacheResponse* response) override;
+  grpc::Status ExecuteStep(grpc::ServerContext* context, const v1::StepRequest* request,
+                           v1::StepResponse* response) override;
+
+ private:
+  kernels::Backend* const backend_;
+  const WorkerServiceOptions options_;
+  // One group at a time; steps run one at a time.
+  absl::Mutex mu_;
+  std::unique_ptr<Communicator> comm_ ABSL_GUARDED_BY(mu_);
+  std::unique_ptr<LlamaModel> model_ ABSL_GUARDED_BY(mu_);
+  std::unique_ptr<StepExecutor> executor_ ABSL_GUARDED_BY(mu_);
+};
+
+}  // namespace tessera
+
+#endif  // TESSERA_WORKER_SERVICE_WORKER_SERVICE_H_

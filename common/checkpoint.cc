@@ -44,7 +44,8 @@ void CopyConverted(const uint8_t* src, DType from, size_t n, DType to, uint8_t* 
 
 }  // namespace
 
-absl::StatusOr<std::unique_ptr<Checkpoint>> Checkpoint::Open(const std::filesystem::path& model_dir) {
+absl::StatusOr<std::unique_ptr<Checkpoint>> Checkpoint::Open(
+    const std::filesystem::path& model_dir) {
   std::unique_ptr<Checkpoint> ckpt(new Checkpoint());
   ckpt->dir_ = model_dir;
   const std::filesystem::path single = model_dir / kSingleFile;
@@ -59,9 +60,8 @@ absl::StatusOr<std::unique_ptr<Checkpoint>> Checkpoint::Open(const std::filesyst
     return ckpt;
   }
   if (!std::filesystem::exists(index)) {
-    return absl::NotFoundError(absl::StrCat("no checkpoint in ", model_dir.string(),
-                                            ": neither ", kSingleFile, " nor ", kIndexFile,
-                                            " exists"));
+    return absl::NotFoundError(absl::StrCat("no checkpoint in ", model_dir.string(), ": neither ",
+                                            kSingleFile, " nor ", kIndexFile, " exists"));
   }
 
   ASSIGN_OR_RETURN(std::string text, ReadFileToString(index));
@@ -102,8 +102,9 @@ absl::StatusOr<std::unique_ptr<Checkpoint>> Checkpoint::Open(const std::filesyst
     }
     const TensorInfo* info = it->second->Find(name);
     if (info == nullptr) {
-      return absl::DataLossError(absl::StrCat(index.string(), " places tensor \"", name,
-                                              "\" in ", shard_name, ", but that file has no such "
+      return absl::DataLossError(absl::StrCat(index.string(), " places tensor \"", name, "\" in ",
+                                              shard_name,
+                                              ", but that file has no such "
                                               "tensor"));
     }
     ckpt->locations_[name] = Location{it->second, info};
@@ -129,14 +130,13 @@ bool Checkpoint::Has(absl::string_view name) const {
   return locations_.find(std::string_view(name.data(), name.size())) != locations_.end();
 }
 
-absl::Status Checkpoint::ReadSlice(absl::string_view name, Range rows, Range cols,
-                                   DType dst_dtype, void* dst) const {
+absl::Status Checkpoint::ReadSlice(absl::string_view name, Range rows, Range cols, DType dst_dtype,
+                                   void* dst) const {
   ASSIGN_OR_RETURN(Location loc, Find(name));
   const TensorInfo& info = *loc.info;
   if (info.shape.size() > 2) {
-    return absl::InvalidArgumentError(absl::StrCat("tensor \"", name, "\" has shape ",
-                                                   ShapeString(info.shape),
-                                                   "; slices need rank 1 or 2"));
+    return absl::InvalidArgumentError(absl::StrCat(
+        "tensor \"", name, "\" has shape ", ShapeString(info.shape), "; slices need rank 1 or 2"));
   }
   // A 1-D tensor is one row; a scalar is one row of one column.
   const int64_t num_rows = info.shape.size() == 2 ? info.shape[0] : 1;
@@ -144,8 +144,8 @@ absl::Status Checkpoint::ReadSlice(absl::string_view name, Range rows, Range col
   if (rows.begin < 0 || rows.begin > rows.end || rows.end > num_rows || cols.begin < 0 ||
       cols.begin > cols.end || cols.end > num_cols) {
     return absl::OutOfRangeError(absl::StrCat(
-        "tensor \"", name, "\" has shape ", ShapeString(info.shape), ": rows [", rows.begin,
-        ", ", rows.end, ") x cols [", cols.begin, ", ", cols.end, ") is out of range"));
+        "tensor \"", name, "\" has shape ", ShapeString(info.shape), ": rows [", rows.begin, ", ",
+        rows.end, ") x cols [", cols.begin, ", ", cols.end, ") is out of range"));
   }
   if (rows.size() == 0 || cols.size() == 0) return absl::OkStatus();
 

@@ -134,8 +134,9 @@ absl::StatusOr<std::unique_ptr<SafetensorsFile>> SafetensorsFile::Open(
       if (!entry.is_object()) return BadHeader(path, "", "__metadata__ is not an object");
       for (const auto& [key, value] : entry.items()) {
         if (!value.is_string()) {
-          return BadHeader(path, "", absl::StrCat("__metadata__ value of \"", key,
-                                                  "\" is not a string: ", value.dump()));
+          return BadHeader(
+              path, "",
+              absl::StrCat("__metadata__ value of \"", key, "\" is not a string: ", value.dump()));
         }
         file->metadata_[key] = value.get<std::string>();
       }
@@ -150,8 +151,9 @@ absl::StatusOr<std::unique_ptr<SafetensorsFile>> SafetensorsFile::Open(
     if (!dtype->is_string()) return BadHeader(path, name, "\"dtype\" is not a string");
     const std::string dtype_name = dtype->get<std::string>();
     if (!ParseDType(dtype_name, &info.dtype)) {
-      return BadHeader(path, name, absl::StrCat("unsupported dtype \"", dtype_name,
-                                                "\" (supported: F32, F16, BF16)"));
+      return BadHeader(
+          path, name,
+          absl::StrCat("unsupported dtype \"", dtype_name, "\" (supported: F32, F16, BF16)"));
     }
 
     auto shape = entry.find("shape");
@@ -161,8 +163,8 @@ absl::StatusOr<std::unique_ptr<SafetensorsFile>> SafetensorsFile::Open(
     bool overflow = false;
     for (const auto& dim : *shape) {
       if (!dim.is_number_integer()) {
-        return BadHeader(path, name, absl::StrCat("shape dimension ", dim.dump(),
-                                                  " is not an integer"));
+        return BadHeader(path, name,
+                         absl::StrCat("shape dimension ", dim.dump(), " is not an integer"));
       }
       if (dim.is_number_unsigned() ? dim.get<uint64_t>() > uint64_t{INT64_MAX}
                                    : dim.get<int64_t>() < 0) {
@@ -186,10 +188,10 @@ absl::StatusOr<std::unique_ptr<SafetensorsFile>> SafetensorsFile::Open(
                                         ", ", info.data_end, "] are reversed"));
     }
     if (info.data_end > data_size) {
-      return Corrupt(path, absl::StrCat("tensor \"", name, "\": data_offsets [", info.data_begin,
-                                        ", ", info.data_end,
-                                        "] run past the end of the data section (", data_size,
-                                        " bytes)"));
+      return Corrupt(
+          path, absl::StrCat("tensor \"", name, "\": data_offsets [", info.data_begin, ", ",
+                             info.data_end, "] run past the end of the data section (", data_size,
+                             " bytes)"));
     }
     uint64_t expected_bytes = 0;
     overflow |= __builtin_mul_overflow(num_elements, DTypeSize(info.dtype), &expected_bytes);
@@ -231,12 +233,12 @@ void SafetensorsWriter::AddBytes(std::string name, DType dtype, std::vector<int6
   for (int64_t d : shape) expected *= static_cast<uint64_t>(std::max<int64_t>(d, 0));
   if (data->size() != expected && error_.empty()) {
     error_ = absl::StrCat("tensor \"", name, "\": ", data->size(), " bytes given for shape ",
-                          ShapeString(shape), " of ", DTypeName(dtype), " (", expected,
-                          " bytes)");
+                          ShapeString(shape), " of ", DTypeName(dtype), " (", expected, " bytes)");
   }
-  Add(std::move(name), dtype, std::move(shape), [data, elem](uint64_t offset, uint64_t n, void* dst) {
-    std::memcpy(dst, data->data() + offset * elem, n * elem);
-  });
+  Add(std::move(name), dtype, std::move(shape),
+      [data, elem](uint64_t offset, uint64_t n, void* dst) {
+        std::memcpy(dst, data->data() + offset * elem, n * elem);
+      });
 }
 
 void SafetensorsWriter::SetMetadata(std::string key, std::string value) {

@@ -1,5 +1,7 @@
 #include "common/unicode_util.h"
 
+#include <cstdint>
+
 namespace tessera {
 
 size_t Utf8CharLength(absl::string_view text, size_t pos) {

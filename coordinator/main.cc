@@ -95,6 +95,7 @@ int main(int argc, char** argv) {
   co.group.block_size = static_cast<int>(block_size);
   co.group.kv_memory_fraction = kv_memory_fraction;
   co.group.kv_memory_bytes = static_cast<uint64_t>(kv_memory_mb) << 20;
+  co.group.max_blocks = static_cast<int>(max_num_seqs * ((context + block_size - 1) / block_size) + 1);
   co.group.collective_timeout = std::chrono::milliseconds(collective_timeout_ms);
   auto cluster = tessera::ClusterManager::Create(co, &engine);
   if (!cluster.ok()) return Fail(std::string(cluster.status().message()));

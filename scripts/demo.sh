@@ -11,10 +11,10 @@ demo: no model found at $MODEL_DIR.
   Point TESSERA_MODEL_DIR at a Hugging Face Llama folder (config.json, model.safetensors,
   tokenizer.json), or convert a llama2.c checkpoint, e.g. stories260K from
   huggingface.co/karpathy/tinyllamas:
-    build/tools/tessera convert-llama2c --checkpoint stories260K.bin --tokenizer tok512.bin --out models/stories260K
+    build/bin/tessera convert-llama2c --checkpoint stories260K.bin --tokenizer tok512.bin --out models/stories260K
     TESSERA_MODEL_DIR=models/stories260K ./scripts/demo.sh
 MSG
   exit 1
 fi
-build/tools/tessera run --model "$MODEL_DIR" --prompt "${PROMPT:-Once upon a time}" \
+build/bin/tessera run --model "$MODEL_DIR" --prompt "${PROMPT:-Once upon a time}" \
   --max-tokens "${MAX_TOKENS:-60}" --temperature 0

@@ -1,6 +1,7 @@
 #include "benchmarks/gpu/llama_step.h"
 
 #include <cmath>
+#include <cstdio>
 #include <cstdint>
 #include <string>
 #include <utility>
@@ -115,7 +116,6 @@ absl::StatusOr<std::unique_ptr<LlamaStepBench>> LlamaStepBench::Create(
   if (bench->embed_ == nullptr || bench->lm_head_ == nullptr || bench->final_norm_ == nullptr) {
     return absl::ResourceExhaustedError("out of GPU memory for embedding / lm_head");
   }
-  bench->weight_bytes_ = shape.StepWeightBytes();
   backend->Synchronize();
   if (!backend->status().ok()) return backend->status();
   return bench;

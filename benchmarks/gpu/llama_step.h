@@ -52,8 +52,6 @@ class LlamaStepBench {
   absl::StatusOr<StepTiming> Time(int batch, int context, int new_tokens, int warmup,
                                   int iters);
 
-  int64_t GemmBytesTotal() const { return weight_bytes_; }
-
  private:
   LlamaStepBench(kernels::CudaBackend* backend, LlamaShape shape)
       : backend_(backend), shape_(shape) {}
@@ -65,7 +63,6 @@ class LlamaStepBench {
   kernels::CudaBackend* backend_;
   LlamaShape shape_;
   std::vector<void*> allocations_;
-  int64_t weight_bytes_ = 0;
   int64_t cache_blocks_ = 0;
   struct Layer {
     void* qkv;

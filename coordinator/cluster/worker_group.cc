@@ -77,6 +77,7 @@ absl::StatusOr<GroupCapacity> WorkerGroup::Form(uint64_t generation,
     req.set_block_size(options_.block_size);
     req.set_kv_memory_fraction(options_.kv_memory_fraction);
     req.set_kv_memory_bytes(options_.kv_memory_bytes);
+    req.set_max_blocks(options_.max_blocks);
     grpc::ClientContext ctx;
     ctx.set_deadline(In(std::chrono::hours(1)));
     auto reader = stubs_[r]->LoadShard(&ctx, req);

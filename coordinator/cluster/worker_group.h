@@ -26,6 +26,7 @@ struct GroupOptions {
   int block_size = 16;
   double kv_memory_fraction = 0.5;
   uint64_t kv_memory_bytes = 0;  // Per rank; 0: use the fraction.
+  int max_blocks = 0;            // Cap (what max_num_seqs full contexts need); 0: none.
   std::string rendezvous_address;  // The coordinator's Gloo store, "host:port".
   std::chrono::milliseconds collective_timeout{10000};
   std::chrono::milliseconds step_timeout{120000};

@@ -22,6 +22,8 @@ BlockPool::BlockPool(int num_blocks, int block_size)
       block_tokens_(static_cast<size_t>(blocks_.size()) * block_size) {
   for (size_t i = 0; i < blocks_.size(); ++i) blocks_[i].id = static_cast<BlockId>(i);
   for (size_t i = 1; i < blocks_.size(); ++i) free_queue_.PushBack(&blocks_[i]);
+  // At most one entry per block: never rehash on the scheduling path.
+  cached_blocks_.reserve(blocks_.size());
 }
 
 bool BlockPool::Allocate(int n, std::vector<BlockId>* out) {
@@ -59,7 +61,7 @@ std::optional<BlockId> BlockPool::FindCached(uint64_t hash, BlockId parent,
   const uint64_t parent_cache_id = parent == kNullBlock ? 0 : blocks_[parent].cache_id;
   for (BlockId id : it->second) {
     const KVCacheBlock& block = blocks_[id];
-    (void)parent_cache_id;
+    if (block.parent_cache_id != parent_cache_id) continue;
     const int32_t* stored = &block_tokens_[static_cast<size_t>(id) * block_size_];
     if (std::equal(tokens.begin(), tokens.end(), stored)) return id;
   }

@@ -165,7 +165,7 @@ bool Scheduler::ScheduleRunning(int& budget, StepPlan& plan) {
       }
     }
     if (preempted_self) break;
-    scheduled_.push_back({seq, n});
+    scheduled_.push_back({seq, n, !seq->known_to_workers});
     budget -= n;
     ++i;
   }
@@ -190,42 +190,93 @@ void Scheduler::ScheduleWaiting(int& budget) {
     }
     seq->status = SequenceStatus::kRunning;
     InsertRunning(seq);
-    scheduled_.push_back({seq, n});
+    scheduled_.push_back({seq, n, !seq->known_to_workers});
     budget -= n;
   }
 }
 
 void Scheduler::BuildPlan(StepPlan& plan) {
   in_flight_.clear();
-  for (const Scheduled& s : scheduled_) {
-    Sequence& seq = *s.seq;
-    const bool samples = seq.num_computed_tokens + s.num_tokens == seq.num_tokens();
-    absl::Span<const BlockId> table = kv_.BlockTable(seq.id);
-    if (!seq.known_to_workers) {
-      NewSeqData& data = plan.new_seqs.emplace_back();
-      data.seq_id = seq.id;
-      data.token_ids = seq.token_ids;
-      data.block_ids.assign(table.begin(), table.end());
-      data.num_computed_tokens = seq.num_computed_tokens;
-      data.num_scheduled_tokens = s.num_tokens;
-      data.samples_token = samples;
-      data.sampling_handle = seq.options.sampling_handle;
+  // in_flight_ follows the plan's order (new_seqs, then cached_seqs), which is the order
+  // the workers answer in.
+  for (const bool new_pass : {true, false}) {
+    for (const Scheduled& s : scheduled_) {
+      Sequence& seq = *s.seq;
+      if (s.is_new != new_pass) continue;
+      const bool samples = seq.num_computed_tokens + s.num_tokens == seq.num_tokens();
+      absl::Span<const BlockId> table = kv_.BlockTable(seq.id);
+      if (new_pass) {
+        NewSeqData& data = plan.new_seqs.emplace_back();
+        data.seq_id = seq.id;
+        data.token_ids = seq.token_ids;
+        data.block_ids.assign(table.begin(), table.end());
+        data.num_computed_tokens = seq.num_computed_tokens;
+        data.num_scheduled_tokens = s.num_tokens;
+        data.samples_token = samples;
+        data.sampling_handle = seq.options.sampling_handle;
+      } else {
+        CachedSeqData& data = plan.cached_seqs.emplace_back();
+        data.seq_id = seq.id;
+        data.new_token_ids.assign(seq.token_ids.begin() + seq.num_tokens_sent,
+                                  seq.token_ids.end());
+        data.new_block_ids.assign(table.begin() + seq.num_blocks_sent, table.end());
+        data.num_computed_tokens = seq.num_computed_tokens;
+        data.num_scheduled_tokens = s.num_tokens;
+        data.samples_token = samples;
+      }
       seq.known_to_workers = true;
-    } else {
-      CachedSeqData& data = plan.cached_seqs.emplace_back();
-      data.seq_id = seq.id;
-      data.new_token_ids.assign(seq.token_ids.begin() + seq.num_tokens_sent,
-                                seq.token_ids.end());
-      data.new_block_ids.assign(table.begin() + seq.num_blocks_sent, table.end());
-      data.num_computed_tokens = seq.num_computed_tokens;
-      data.num_scheduled_tokens = s.num_tokens;
-      data.samples_token = samples;
+      seq.num_blocks_sent = static_cast<int>(table.size());
+      seq.num_tokens_sent = seq.num_tokens();
+      plan.total_num_scheduled_tokens += s.num_tokens;
+      in_flight_.push_back({seq.id, s.num_tokens, samples});
     }
-    seq.num_blocks_sent = static_cast<int>(table.size());
-    seq.num_tokens_sent = seq.num_tokens();
-    plan.total_num_scheduled_tokens += s.num_tokens;
-    in_flight_.push_back({seq.id, s.num_tokens, samples});
   }
+}
+
+// Pairs each sampling entry of the step with its token. Workers answer in plan order, so
+// a straight walk usually does it; otherwise tokens are matched by sequence id.
+absl::Status Scheduler::MatchSampledTokens(const StepResult& result) {
+  for (const SampledToken& s : result.sampled) {
+    if (s.token_id < 0) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "step ", step_id_, ": negative token ", s.token_id, " for sequence ", s.seq_id));
+    }
+  }
+  size_t next = 0;
+  for (InFlight& f : in_flight_) {
+    f.token_id = -1;
+    if (f.samples_token && next < result.sampled.size() &&
+        result.sampled[next].seq_id == f.seq_id) {
+      f.token_id = result.sampled[next++].token_id;
+    }
+  }
+  if (next != result.sampled.size()) {
+    absl::flat_hash_map<SeqId, int32_t> by_id;
+    for (const SampledToken& s : result.sampled) {
+      if (!by_id.emplace(s.seq_id, s.token_id).second) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("step ", step_id_, ": two tokens for sequence ", s.seq_id));
+      }
+    }
+    size_t num_matched = 0;
+    for (InFlight& f : in_flight_) {
+      auto it = f.samples_token ? by_id.find(f.seq_id) : by_id.end();
+      f.token_id = it == by_id.end() ? -1 : it->second;
+      num_matched += it != by_id.end();
+    }
+    if (num_matched != by_id.size()) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "step ", step_id_, ": ", by_id.size() - num_matched,
+          " sampled tokens belong to sequences that were not sampling in this step"));
+    }
+  }
+  for (const InFlight& f : in_flight_) {
+    if (f.samples_token && f.token_id < 0 && FindInFlight(f.seq_id) != nullptr) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("step ", step_id_, ": no sampled token for sequence ", f.seq_id));
+    }
+  }
+  return absl::OkStatus();
 }
 
 absl::StatusOr<std::vector<SeqEvent>> Scheduler::Update(const StepResult& result) {
@@ -238,41 +289,23 @@ absl::StatusOr<std::vector<SeqEvent>> Scheduler::Update(const StepResult& result
                                                    " but step ", step_id_, " is in flight"));
   }
   // Validate everything before changing anything.
-  absl::flat_hash_map<SeqId, int32_t> sampled;
-  sampled.reserve(result.sampled.size());
-  for (const SampledToken& s : result.sampled) {
-    if (s.token_id < 0 || !sampled.emplace(s.seq_id, s.token_id).second) {
-      return absl::InvalidArgumentError(absl::StrCat("step ", step_id_, ": sequence ", s.seq_id,
-                                                     " has a duplicate or negative token ",
-                                                     s.token_id));
-    }
-  }
-  size_t num_matched = 0;
-  for (const InFlight& f : in_flight_) {
-    if (!f.samples_token) continue;
-    const bool has_token = sampled.contains(f.seq_id);
-    num_matched += has_token;
-    if (!has_token && seqs_.contains(f.seq_id)) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("step ", step_id_, ": no sampled token for sequence ", f.seq_id));
-    }
-  }
-  if (num_matched != sampled.size()) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "step ", step_id_, ": ", sampled.size() - num_matched,
-        " sampled tokens belong to sequences that were not sampling in this step"));
-  }
+  if (absl::Status status = MatchSampledTokens(result); !status.ok()) return status;
 
   std::vector<SeqEvent> events;
   bool any_finished = false;
   for (const InFlight& f : in_flight_) {
-    auto it = seqs_.find(f.seq_id);
-    if (it == seqs_.end()) continue;  // Finished or aborted while the step ran.
-    Sequence& seq = *it->second;
+    Sequence* found = FindInFlight(f.seq_id);
+    if (found == nullptr) continue;  // Finished or aborted while the step ran.
+    Sequence& seq = *found;
+    // Blocks are cached up to num_computed_tokens / block_size after every step, so only
+    // a step that crosses a block boundary has anything to cache.
+    const int bs = config_.block_size;
+    const bool filled_a_block =
+        (seq.num_computed_tokens + f.num_tokens) / bs > seq.num_computed_tokens / bs;
     seq.num_computed_tokens += f.num_tokens;
-    kv_.CacheFullBlocks(seq.id, seq.token_ids, seq.num_computed_tokens);
+    if (filled_a_block) kv_.CacheFullBlocks(seq.id, seq.token_ids, seq.num_computed_tokens);
     if (!f.samples_token) continue;
-    const int32_t token = sampled.at(f.seq_id);
+    const int32_t token = f.token_id;
     seq.token_ids.push_back(token);
     std::optional<FinishReason> stop = CheckStop(seq);
     if (stop.has_value()) {
@@ -293,8 +326,8 @@ std::vector<SeqEvent> Scheduler::FailStep() {
   std::vector<SeqEvent> events;
   if (!step_in_flight_) return events;
   for (const InFlight& f : in_flight_) {
-    auto it = seqs_.find(f.seq_id);
-    if (it != seqs_.end()) events.push_back(Release(*it->second, FinishReason::kError));
+    Sequence* seq = FindInFlight(f.seq_id);
+    if (seq != nullptr) events.push_back(Release(*seq, FinishReason::kError));
   }
   EraseFinished();
   step_in_flight_ = false;
@@ -334,6 +367,14 @@ SchedulerStats Scheduler::stats() const {
 
 int Scheduler::NumCachedPrefixBlocks(absl::Span<const int32_t> tokens) const {
   return static_cast<int>(kv_.GetComputedBlocks(tokens).block_ids.size());
+}
+
+// A sequence of the step in flight that is still running. Finished ones are gone; one
+// with a reused id is waiting (nothing is admitted between Schedule and Update).
+Sequence* Scheduler::FindInFlight(SeqId seq_id) {
+  auto it = seqs_.find(seq_id);
+  if (it == seqs_.end() || it->second->status != SequenceStatus::kRunning) return nullptr;
+  return it->second.get();
 }
 
 const Sequence* Scheduler::GetSequence(SeqId seq_id) const {

@@ -84,11 +84,13 @@ class Scheduler {
   struct Scheduled {
     Sequence* seq;
     int num_tokens;
+    bool is_new;  // Not held by the workers: goes out as NewSeqData.
   };
   struct InFlight {
     SeqId seq_id;
     int num_tokens;
     bool samples_token;
+    int32_t token_id = -1;  // Filled from the step's result.
   };
 
   explicit Scheduler(SchedulerConfig config);
@@ -98,6 +100,7 @@ class Scheduler {
   bool ScheduleRunning(int& budget, StepPlan& plan);
   void ScheduleWaiting(int& budget);
   void BuildPlan(StepPlan& plan);
+  absl::Status MatchSampledTokens(const StepResult& result);
 
   void Preempt(Sequence* seq, StepPlan& plan);
   void PushWaiting(Sequence* seq, bool front);
@@ -105,6 +108,7 @@ class Scheduler {
   // Frees the blocks and marks the sequence finished; the caller unlinks it from the
   // queues and the map.
   SeqEvent Release(Sequence& seq, FinishReason reason);
+  Sequence* FindInFlight(SeqId seq_id);
   void EraseFinished();
   std::optional<FinishReason> CheckStop(const Sequence& seq) const;
   bool RanksBefore(const Sequence& a, const Sequence& b) const;

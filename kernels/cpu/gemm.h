@@ -11,8 +11,9 @@ namespace tessera::kernels {
 
 // y[m, w.rows] = x[m, w.cols] * w^T with float32 accumulation; w may be F32, BF16 or F16
 // and is converted in registers (activations are never rounded). Row-major, densely packed
-// x and y. Parallel over output columns (and row blocks of x) on `pool`, which may be null
-// to run on the calling thread only. Uses the ActiveSimdLevel() code path.
+// x and y; y must not overlap x. Parallel over output columns (and row blocks of x) on
+// `pool`, which may be null to run on the calling thread only. Uses the ActiveSimdLevel()
+// code path.
 void Gemm(const float* x, int64_t m, const MatrixView& w, float* y, ThreadPool* pool);
 
 // The same with an explicit code path; `level` must be supported by this CPU

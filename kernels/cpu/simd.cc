@@ -2,6 +2,10 @@
 
 #include <atomic>
 
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+#include <cpuid.h>
+#endif
+
 namespace tessera::kernels {
 namespace {
 
@@ -12,9 +16,10 @@ SimdLevel Detect() {
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
   __builtin_cpu_init();
   if (__builtin_cpu_supports("avx512f")) return SimdLevel::kAvx512;
-  if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) {
-    // F16C has no __builtin_cpu_supports name in older compilers; every CPU with AVX2 and
-    // FMA (Haswell, Zen and later) has it.
+  // GCC 12's __builtin_cpu_supports("f16c") reads 0 even where CPUID has it: ask CPUID.
+  unsigned eax = 0, ebx = 0, ecx = 0, edx = 0;
+  const bool f16c = __get_cpuid(1, &eax, &ebx, &ecx, &edx) != 0 && (ecx & bit_F16C) != 0;
+  if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && f16c) {
     return SimdLevel::kAvx2;
   }
 #endif

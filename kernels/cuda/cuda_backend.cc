@@ -191,9 +191,14 @@ void CudaBackend::Gemm(const float* x, int64_t m, MatrixView w, float* y) {
     lhs = converted;
   }
   absl::Status status = gemm_->Matmul(lhs, w.data, w.dtype, m, w.rows, w.cols, y, stream_);
-  if (absl::IsUnimplemented(status) && w.dtype != DType::kF32) {
-    // cuBLASLt has no kernel for this alignment (a weight slice at an odd offset): fall back
-    // to the GEMV kernel, 8 rows at a time. Slow, but correct.
+  if (!status.ok() && w.dtype != DType::kF32) {
+    // cuBLASLt has no kernel for this shape or alignment (a weight slice at an odd offset):
+    // fall back to the GEMV kernel, 8 rows at a time. Slow, but correct.
+    if (!absl::IsUnimplemented(status) && !warned_gemm_fallback_) {
+      warned_gemm_fallback_ = true;
+      std::fprintf(stderr, "tessera cuda backend: %s; using the GEMV fallback\n",
+                   std::string(status.message()).c_str());
+    }
     for (int64_t row = 0; row < m; row += gpu::kGemvMaxRows) {
       const int rows = static_cast<int>(std::min<int64_t>(gpu::kGemvMaxRows, m - row));
       std::string error;

@@ -52,7 +52,8 @@ class CudaBackend final : public Backend {
   void AddRmsNorm(float* hidden, const float* delta, const float* weight, int n, int dim,
                   float eps, float* out) override;
   // m <= 8 with BF16/F16 weights: the GEMV kernel (activations stay float32). Otherwise
-  // cuBLASLt: F32 exact, BF16/F16 after rounding the activations to the weight dtype.
+  // cuBLASLt: F32 exact, BF16/F16 after rounding the activations to the weight dtype
+  // (falling back to the GEMV kernel, 8 rows at a time, if cuBLASLt has no algorithm).
   void Gemm(const float* x, int64_t m, MatrixView w, float* y) override;
   void Rope(float* qkv, int n, int row_stride, const int32_t* positions, int num_q_heads,
             int num_kv_heads, int head_dim, float theta) override;
@@ -101,6 +102,7 @@ class CudaBackend final : public Backend {
   Scratch attention_;    // Split-K partials.
   Scratch sampling_;     // Per-row sampling parameters.
   absl::Status first_error_;
+  bool warned_gemm_fallback_ = false;
 };
 
 // Convenience for callers that only need the Backend interface.

@@ -48,10 +48,12 @@ TEST(CheckpointStoriesTest, EveryTensorHasTheConfigShape) {
   EXPECT_EQ((*ckpt)->bytes_read(), total);
   // The tied head is a copy of the embedding (README: written by hf_export).
   std::vector<float> embed(config->vocab_size * h), head(config->vocab_size * h);
-  ASSERT_TRUE((*ckpt)->ReadAll("model.embed_tokens.weight", {config->vocab_size, h},
-                               DType::kF32, embed.data()).ok());
-  ASSERT_TRUE((*ckpt)->ReadAll("lm_head.weight", {config->vocab_size, h}, DType::kF32,
-                               head.data()).ok());
+  ASSERT_TRUE(
+      (*ckpt)
+          ->ReadAll("model.embed_tokens.weight", {config->vocab_size, h}, DType::kF32, embed.data())
+          .ok());
+  ASSERT_TRUE(
+      (*ckpt)->ReadAll("lm_head.weight", {config->vocab_size, h}, DType::kF32, head.data()).ok());
   EXPECT_EQ(embed, head);
   // 260,032 parameters excluding the tied classifier, as the README says.
   EXPECT_EQ(config->NumParameters(), 260032);

@@ -216,8 +216,8 @@ TEST(CheckpointTest, ShardedAndSingleFileHoldTheSameValues) {
   EXPECT_FALSE(std::filesystem::exists(single_dir / "model.safetensors.index.json"));
   EXPECT_FALSE(std::filesystem::exists(sharded_dir / "model.safetensors"));
   for (int i = 1; i <= 3; ++i) {
-    EXPECT_TRUE(std::filesystem::exists(sharded_dir / ("model-0000" + std::to_string(i) +
-                                                       "-of-00003.safetensors")));
+    EXPECT_TRUE(std::filesystem::exists(
+        sharded_dir / ("model-0000" + std::to_string(i) + "-of-00003.safetensors")));
   }
   auto single = OpenOrDie(single_dir);
   auto sharded = OpenOrDie(sharded_dir);
@@ -279,7 +279,8 @@ TEST(CheckpointTest, SlicesMatchReadAllWithConversion) {
   // A 1-D tensor is one row.
   const std::vector<float> norm = ReadF32(*ckpt, "model.norm.weight");
   std::vector<float> part(10);
-  ASSERT_TRUE(ckpt->ReadSlice("model.norm.weight", {0, 1}, {40, 50}, DType::kF32, part.data()).ok());
+  ASSERT_TRUE(
+      ckpt->ReadSlice("model.norm.weight", {0, 1}, {40, 50}, DType::kF32, part.data()).ok());
   EXPECT_EQ(part, std::vector<float>(norm.begin() + 40, norm.begin() + 50));
 }
 
@@ -308,10 +309,9 @@ TEST(CheckpointTest, SliceOutOfRangeNamesTensorShapeAndRange) {
                             {{5, 4}, {0, 96}}}) {
     absl::Status s = ckpt->ReadSlice(name, rows, cols, DType::kF32, buf.data());
     EXPECT_EQ(s.code(), absl::StatusCode::kOutOfRange);
-    EXPECT_THAT(std::string(s.message()),
-                AllOf(HasSubstr(name), HasSubstr("[200, 96]"),
-                      HasSubstr("rows [" + std::to_string(rows.begin) + ", " +
-                                std::to_string(rows.end) + ")")));
+    EXPECT_THAT(std::string(s.message()), AllOf(HasSubstr(name), HasSubstr("[200, 96]"),
+                                                HasSubstr("rows [" + std::to_string(rows.begin) +
+                                                          ", " + std::to_string(rows.end) + ")")));
   }
   EXPECT_EQ(ckpt->bytes_read(), 0u);
   absl::Status s = ckpt->ReadAll(name, {96, 200}, DType::kF32, buf.data());

@@ -96,8 +96,8 @@ class BadFieldTest : public ::testing::TestWithParam<FieldCase> {};
 
 TEST_P(BadFieldTest, NamesFileTensorAndField) {
   const auto path = WriteRaw("{" + Tensor("layer.w", GetParam().body) + "}", std::string(16, '\0'));
-  ExpectError(SafetensorsFile::Open(path), absl::StatusCode::kInvalidArgument, path,
-              "\"layer.w\"", GetParam().problem);
+  ExpectError(SafetensorsFile::Open(path), absl::StatusCode::kInvalidArgument, path, "\"layer.w\"",
+              GetParam().problem);
 }
 
 INSTANTIATE_TEST_SUITE_P(
@@ -106,28 +106,40 @@ INSTANTIATE_TEST_SUITE_P(
         FieldCase{"MissingDtype", R"({"shape":[4],"data_offsets":[0,16]})", "missing \"dtype\""},
         FieldCase{"MissingShape", R"({"dtype":"F32","data_offsets":[0,16]})", "missing \"shape\""},
         FieldCase{"MissingOffsets", R"({"dtype":"F32","shape":[4]})", "missing \"data_offsets\""},
-        FieldCase{"DtypeNotString", R"({"dtype":32,"shape":[4],"data_offsets":[0,16]})", "\"dtype\" is not a string"},
-        FieldCase{"ShapeNotArray", R"({"dtype":"F32","shape":"4","data_offsets":[0,16]})", "\"shape\" is not an array"},
-        FieldCase{"DimNotInteger", R"({"dtype":"F32","shape":[4.5],"data_offsets":[0,16]})", "not an integer"},
-        FieldCase{"OffsetsWrongLength", R"({"dtype":"F32","shape":[4],"data_offsets":[0]})", "\"data_offsets\" must be"},
-        FieldCase{"OffsetsNotArray", R"({"dtype":"F32","shape":[4],"data_offsets":"0,16"})", "\"data_offsets\" must be"},
-        FieldCase{"OffsetsNegative", R"({"dtype":"F32","shape":[4],"data_offsets":[-1,16]})", "\"data_offsets\" must be"},
-        FieldCase{"DtypeF64", R"({"dtype":"F64","shape":[2],"data_offsets":[0,16]})", "unsupported dtype \"F64\""},
-        FieldCase{"DtypeI8", R"({"dtype":"I8","shape":[16],"data_offsets":[0,16]})", "unsupported dtype \"I8\""},
-        FieldCase{"NegativeDim", R"({"dtype":"F32","shape":[-4],"data_offsets":[0,16]})", "negative"}),
+        FieldCase{"DtypeNotString", R"({"dtype":32,"shape":[4],"data_offsets":[0,16]})",
+                  "\"dtype\" is not a string"},
+        FieldCase{"ShapeNotArray", R"({"dtype":"F32","shape":"4","data_offsets":[0,16]})",
+                  "\"shape\" is not an array"},
+        FieldCase{"DimNotInteger", R"({"dtype":"F32","shape":[4.5],"data_offsets":[0,16]})",
+                  "not an integer"},
+        FieldCase{"OffsetsWrongLength", R"({"dtype":"F32","shape":[4],"data_offsets":[0]})",
+                  "\"data_offsets\" must be"},
+        FieldCase{"OffsetsNotArray", R"({"dtype":"F32","shape":[4],"data_offsets":"0,16"})",
+                  "\"data_offsets\" must be"},
+        FieldCase{"OffsetsNegative", R"({"dtype":"F32","shape":[4],"data_offsets":[-1,16]})",
+                  "\"data_offsets\" must be"},
+        FieldCase{"DtypeF64", R"({"dtype":"F64","shape":[2],"data_offsets":[0,16]})",
+                  "unsupported dtype \"F64\""},
+        FieldCase{"DtypeI8", R"({"dtype":"I8","shape":[16],"data_offsets":[0,16]})",
+                  "unsupported dtype \"I8\""},
+        FieldCase{"NegativeDim", R"({"dtype":"F32","shape":[-4],"data_offsets":[0,16]})",
+                  "negative"}),
     [](const auto& info) { return info.param.label; });
 
 TEST(SafetensorsFileTest, ByteCountDisagreesWithShape) {
-  const auto path = WriteRaw(
-      "{" + Tensor("w", R"({"dtype":"F32","shape":[2,2],"data_offsets":[0,12]})") + "}",
-      std::string(16, '\0'));
+  const auto path =
+      WriteRaw("{" + Tensor("w", R"({"dtype":"F32","shape":[2,2],"data_offsets":[0,12]})") + "}",
+               std::string(16, '\0'));
   ExpectError(SafetensorsFile::Open(path), absl::StatusCode::kDataLoss, path, "\"w\"",
               "needs 16 bytes but data_offsets span 12");
 }
 
 TEST(SafetensorsFileTest, ElementCountOverflow) {
   const auto path = WriteRaw(
-      "{" + Tensor("w", R"({"dtype":"BF16","shape":[1099511627776,1099511627776],"data_offsets":[0,16]})") +
+      "{" +
+          Tensor(
+              "w",
+              R"({"dtype":"BF16","shape":[1099511627776,1099511627776],"data_offsets":[0,16]})") +
           "}",
       std::string(16, '\0'));
   ExpectError(SafetensorsFile::Open(path), absl::StatusCode::kDataLoss, path, "\"w\"",
@@ -135,26 +147,25 @@ TEST(SafetensorsFileTest, ElementCountOverflow) {
 }
 
 TEST(SafetensorsFileTest, ReversedOffsets) {
-  const auto path = WriteRaw(
-      "{" + Tensor("w", R"({"dtype":"F32","shape":[0],"data_offsets":[16,8]})") + "}",
-      std::string(16, '\0'));
-  ExpectError(SafetensorsFile::Open(path), absl::StatusCode::kDataLoss, path, "\"w\"",
-              "reversed");
+  const auto path =
+      WriteRaw("{" + Tensor("w", R"({"dtype":"F32","shape":[0],"data_offsets":[16,8]})") + "}",
+               std::string(16, '\0'));
+  ExpectError(SafetensorsFile::Open(path), absl::StatusCode::kDataLoss, path, "\"w\"", "reversed");
 }
 
 TEST(SafetensorsFileTest, OffsetsPastDataSection) {
-  const auto path = WriteRaw(
-      "{" + Tensor("w", R"({"dtype":"F32","shape":[4],"data_offsets":[8,24]})") + "}",
-      std::string(16, '\0'));
+  const auto path =
+      WriteRaw("{" + Tensor("w", R"({"dtype":"F32","shape":[4],"data_offsets":[8,24]})") + "}",
+               std::string(16, '\0'));
   ExpectError(SafetensorsFile::Open(path), absl::StatusCode::kDataLoss, path, "\"w\"",
               "past the end of the data section (16 bytes)");
 }
 
 TEST(SafetensorsFileTest, OverlappingTensors) {
-  const auto path = WriteRaw(
-      "{" + Tensor("a", R"({"dtype":"F32","shape":[3],"data_offsets":[0,12]})") + "," +
-          Tensor("b", R"({"dtype":"F32","shape":[2],"data_offsets":[8,16]})") + "}",
-      std::string(16, '\0'));
+  const auto path =
+      WriteRaw("{" + Tensor("a", R"({"dtype":"F32","shape":[3],"data_offsets":[0,12]})") + "," +
+                   Tensor("b", R"({"dtype":"F32","shape":[2],"data_offsets":[8,16]})") + "}",
+               std::string(16, '\0'));
   ExpectError(SafetensorsFile::Open(path), absl::StatusCode::kDataLoss, path, "\"b\"",
               "overlaps tensor \"a\"");
 }
@@ -171,12 +182,12 @@ TEST(SafetensorsFileTest, ReadsHandWrittenFile) {
   const float values[3] = {1.5f, -2.0f, 3.25f};
   std::string data(reinterpret_cast<const char*>(values), sizeof(values));
   data += std::string("\x80\x3f", 2);  // BF16 1.0
-  const auto path = WriteRaw(
-      "{\"__metadata__\":{\"format\":\"pt\"}," +
-          Tensor("b", R"({"dtype":"BF16","shape":[1],"data_offsets":[12,14]})") + "," +
-          Tensor("a", R"({"dtype":"F32","shape":[3],"data_offsets":[0,12]})") +
-          "," + Tensor("empty", R"({"dtype":"F16","shape":[0,5],"data_offsets":[14,14]})") + "}",
-      data);
+  const auto path =
+      WriteRaw("{\"__metadata__\":{\"format\":\"pt\"}," +
+                   Tensor("b", R"({"dtype":"BF16","shape":[1],"data_offsets":[12,14]})") + "," +
+                   Tensor("a", R"({"dtype":"F32","shape":[3],"data_offsets":[0,12]})") + "," +
+                   Tensor("empty", R"({"dtype":"F16","shape":[0,5],"data_offsets":[14,14]})") + "}",
+               data);
   auto file = SafetensorsFile::Open(path);
   ASSERT_TRUE(file.ok()) << file.status();
   EXPECT_EQ((*file)->metadata().at("format"), "pt");
@@ -235,9 +246,10 @@ TEST(SafetensorsWriterTest, RoundTripsAllDtypes) {
   EXPECT_EQ(writer.TotalBytes(), big * 4 + 6 * 4 + 6 * 2 + 6 * 2 + 4);
 
   std::vector<std::pair<uint64_t, uint64_t>> calls;
-  ASSERT_TRUE(writer.Write(dir / "m.safetensors", [&](uint64_t done, uint64_t total) {
-                      calls.emplace_back(done, total);
-                    }).ok());
+  ASSERT_TRUE(writer
+                  .Write(dir / "m.safetensors",
+                         [&](uint64_t done, uint64_t total) { calls.emplace_back(done, total); })
+                  .ok());
   ASSERT_GE(calls.size(), 3u);
   for (size_t i = 1; i < calls.size(); ++i) EXPECT_GE(calls[i].first, calls[i - 1].first);
   EXPECT_EQ(calls.back().first, writer.TotalBytes());
@@ -247,7 +259,8 @@ TEST(SafetensorsWriterTest, RoundTripsAllDtypes) {
   uint64_t header_len = 0;
   in.read(reinterpret_cast<char*>(&header_len), 8);
   EXPECT_EQ(header_len % 8, 0u);
-  EXPECT_EQ(std::filesystem::file_size(dir / "m.safetensors"), 8 + header_len + writer.TotalBytes());
+  EXPECT_EQ(std::filesystem::file_size(dir / "m.safetensors"),
+            8 + header_len + writer.TotalBytes());
 
   auto file = SafetensorsFile::Open(dir / "m.safetensors");
   ASSERT_TRUE(file.ok()) << file.status();

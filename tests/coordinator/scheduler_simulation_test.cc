@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cstdio>
 #include <memory>
+#include <ostream>
 #include <random>
 #include <vector>
 
@@ -30,6 +31,8 @@ struct SimParams {
   int long_prefill_token_threshold;
   bool enable_prefix_caching;
 };
+
+void PrintTo(const SimParams& params, std::ostream* os) { *os << params.name; }
 
 struct Tracked {
   testing::Reference reference;

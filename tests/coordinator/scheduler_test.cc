@@ -285,6 +285,19 @@ TEST(SchedulerTest, AbortFreesBlocksImmediately) {
   EXPECT_THAT(p.finished_ids, ElementsAre(1));
   MustUpdate(*s, Answer(p, [](SeqId) { return 5; }));
 
+  // An id reused while the step of its previous owner runs gets nothing of that step.
+  p = s->Schedule();
+  ASSERT_TRUE(s->Abort(2).ok());
+  ASSERT_TRUE(s->AddRequest(Req(2, Range(60, 4))).ok());
+  EXPECT_TRUE(s->Update(Answer(p, [](SeqId) { return 5; })).ok());
+  EXPECT_EQ(s->GetSequence(2)->num_output_tokens(), 0);
+  EXPECT_EQ(s->GetSequence(2)->num_computed_tokens, 0);
+  p = s->Schedule();
+  EXPECT_THAT(p.finished_ids, ElementsAre(2));
+  ASSERT_EQ(p.new_seqs.size(), 1u);
+  EXPECT_THAT(p.new_seqs[0].token_ids, ElementsAre(60, 61, 62, 63));
+  MustUpdate(*s, Answer(p, [](SeqId) { return 5; }));
+
   // A waiting sequence was never sent: nothing for the workers to drop.
   ASSERT_TRUE(s->AddRequest(Req(3, Range(40, 4))).ok());
   ASSERT_TRUE(s->Abort(3).ok());

@@ -26,7 +26,7 @@ inline CommandResult RunCommand(const std::string& command) {
   return result;
 }
 
-inline std::string TesseraBinary() { return std::string(TESSERA_BINARY_DIR) + "/tools/tessera"; }
+inline std::string TesseraBinary() { return std::string(TESSERA_BINARY_DIR) + "/bin/tessera"; }
 
 }  // namespace tessera::testing
 

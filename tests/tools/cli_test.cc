@@ -19,11 +19,30 @@ int Call(int (*main_fn)(int, char**), std::vector<std::string> args) {
 
 TEST(GenCheckpointCommandTest, WritesPresetWithOverrides) {
   const auto dir = testing::ScratchDir("gen");
-  ASSERT_EQ(Call(cli::GenCheckpointMain,
-                 {"gen-checkpoint", "--preset", "tiny", "--out", dir.string(), "--dtype", "f16",
-                  "--layers", "3", "--shards", "2", "--seed", "5", "--hidden", "64",
-                  "--intermediate", "100", "--heads", "4", "--kv-heads", "1", "--head-dim", "8",
-                  "--vocab=400"}),
+  ASSERT_EQ(Call(cli::GenCheckpointMain, {"gen-checkpoint",
+                                          "--preset",
+                                          "tiny",
+                                          "--out",
+                                          dir.string(),
+                                          "--dtype",
+                                          "f16",
+                                          "--layers",
+                                          "3",
+                                          "--shards",
+                                          "2",
+                                          "--seed",
+                                          "5",
+                                          "--hidden",
+                                          "64",
+                                          "--intermediate",
+                                          "100",
+                                          "--heads",
+                                          "4",
+                                          "--kv-heads",
+                                          "1",
+                                          "--head-dim",
+                                          "8",
+                                          "--vocab=400"}),
             0);
   auto config = ModelConfig::Load(dir);
   ASSERT_TRUE(config.ok()) << config.status();

@@ -36,13 +36,17 @@ struct Array {
 };
 
 std::vector<Array> MakeArrays(bool with_freq_cis, bool with_classifier) {
-  std::vector<Array> arrays = {
-      {"tok_embeddings", 1, kVocab, kDim}, {"rms_att", kLayers, 1, kDim},
-      {"wq", kLayers, kDim, kDim},         {"wk", kLayers, kKvDim, kDim},
-      {"wv", kLayers, kKvDim, kDim},       {"wo", kLayers, kDim, kDim},
-      {"rms_ffn", kLayers, 1, kDim},       {"w1", kLayers, kHidden, kDim},
-      {"w2", kLayers, kDim, kHidden},      {"w3", kLayers, kHidden, kDim},
-      {"rms_final", 1, 1, kDim}};
+  std::vector<Array> arrays = {{"tok_embeddings", 1, kVocab, kDim},
+                               {"rms_att", kLayers, 1, kDim},
+                               {"wq", kLayers, kDim, kDim},
+                               {"wk", kLayers, kKvDim, kDim},
+                               {"wv", kLayers, kKvDim, kDim},
+                               {"wo", kLayers, kDim, kDim},
+                               {"rms_ffn", kLayers, 1, kDim},
+                               {"w1", kLayers, kHidden, kDim},
+                               {"w2", kLayers, kDim, kHidden},
+                               {"w3", kLayers, kHidden, kDim},
+                               {"rms_final", 1, 1, kDim}};
   if (with_freq_cis) {
     arrays.push_back({"freq_cis_real", 1, kSeqLen, kHeadDim / 2});
     arrays.push_back({"freq_cis_imag", 1, kSeqLen, kHeadDim / 2});
@@ -71,7 +75,9 @@ void Append(std::string* out, const void* p, size_t n) {
   out->append(static_cast<const char*>(p), n);
 }
 void AppendI32(std::string* out, int32_t v) { Append(out, &v, 4); }
-void AppendArray(std::string* out, const Array& a) { Append(out, a.values.data(), a.values.size() * 4); }
+void AppendArray(std::string* out, const Array& a) {
+  Append(out, a.values.data(), a.values.size() * 4);
+}
 
 std::string V0File(const std::vector<Array>& arrays, bool shared) {
   std::string out;
@@ -169,7 +175,8 @@ void ExpectConverted(const std::filesystem::path& dir, const std::vector<Array>&
   auto ckpt = Checkpoint::Open(dir);
   ASSERT_TRUE(ckpt.ok()) << ckpt.status();
   const Checkpoint& c = **ckpt;
-  EXPECT_EQ(Read(c, "model.embed_tokens.weight", {kVocab, kDim}), Get(arrays, "tok_embeddings").values);
+  EXPECT_EQ(Read(c, "model.embed_tokens.weight", {kVocab, kDim}),
+            Get(arrays, "tok_embeddings").values);
   EXPECT_EQ(Read(c, "model.norm.weight", {kDim}), Get(arrays, "rms_final").values);
   EXPECT_EQ(Read(c, "lm_head.weight", {kVocab, kDim}),
             Get(arrays, shared ? "tok_embeddings" : "wcls").values);
@@ -200,7 +207,9 @@ void ExpectConverted(const std::filesystem::path& dir, const std::vector<Array>&
   EXPECT_EQ(vocab["<s>"], 1);
   EXPECT_EQ(vocab["</s>"], 2);
   EXPECT_EQ(vocab["<0x41>"], 3 + 0x41);
-  EXPECT_EQ(vocab["\xE2\x96\x81" "a"], 259);
+  EXPECT_EQ(vocab["\xE2\x96\x81"
+                  "a"],
+            259);
   EXPECT_EQ(vocab["\xE2\x96\x81"], 260);
   EXPECT_EQ(tok["model"]["merges"], nlohmann::json::parse(R"([["\u2581", "a"]])"));
 }
@@ -256,9 +265,9 @@ void ExpectFails(const std::string& model_bytes, const std::string& tok_bytes,
 
 TEST(ConvertLlama2cTest, TruncatedCheckpointNamesExpectedSize) {
   const std::string good = V0File(MakeArrays(true, false), true);
-  ExpectFails(good.substr(0, good.size() - 4), TokenizerFile(), absl::StatusCode::kDataLoss,
-              {"model.bin", "implies a file of " + std::to_string(good.size()) + " bytes",
-               "truncated"});
+  ExpectFails(
+      good.substr(0, good.size() - 4), TokenizerFile(), absl::StatusCode::kDataLoss,
+      {"model.bin", "implies a file of " + std::to_string(good.size()) + " bytes", "truncated"});
   ExpectFails(good + "xxxx", TokenizerFile(), absl::StatusCode::kDataLoss,
               {"model.bin", std::to_string(good.size()), "trailing"});
   ExpectFails(good.substr(0, 10), TokenizerFile(), absl::StatusCode::kDataLoss,

@@ -34,7 +34,8 @@ class MappedFile {
     const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
     if (fd < 0) {
       const int err = errno;
-      if (err == ENOENT) return absl::NotFoundError(absl::StrCat(path.string(), ": file not found"));
+      if (err == ENOENT)
+        return absl::NotFoundError(absl::StrCat(path.string(), ": file not found"));
       return absl::PermissionDeniedError(
           absl::StrCat(path.string(), ": cannot open: ", std::strerror(err)));
     }
@@ -42,7 +43,8 @@ class MappedFile {
     if (fstat(fd, &st) != 0) {
       const int err = errno;
       ::close(fd);
-      return absl::InternalError(absl::StrCat(path.string(), ": stat failed: ", std::strerror(err)));
+      return absl::InternalError(
+          absl::StrCat(path.string(), ": stat failed: ", std::strerror(err)));
     }
     auto file = std::shared_ptr<MappedFile>(new MappedFile());
     file->size_ = static_cast<uint64_t>(st.st_size);
@@ -51,7 +53,8 @@ class MappedFile {
       if (m == MAP_FAILED) {
         const int err = errno;
         ::close(fd);
-        return absl::InternalError(absl::StrCat(path.string(), ": mmap failed: ", std::strerror(err)));
+        return absl::InternalError(
+            absl::StrCat(path.string(), ": mmap failed: ", std::strerror(err)));
       }
       file->data_ = static_cast<const uint8_t*>(m);
     }
@@ -88,19 +91,30 @@ std::vector<std::pair<std::string, uint64_t>> Layout(const Llama2cHeader& h) {
   const uint64_t vocab = h.vocab_size;
   std::vector<std::pair<std::string, uint64_t>> v;
   if (h.version == 0) {
-    v = {{"tok_embeddings", vocab * dim},   {"rms_att", layers * dim},
-         {"wq", layers * dim * dim},        {"wk", layers * kv_dim * dim},
-         {"wv", layers * kv_dim * dim},     {"wo", layers * dim * dim},
-         {"rms_ffn", layers * dim},         {"w1", layers * hidden * dim},
-         {"w2", layers * dim * hidden},     {"w3", layers * hidden * dim},
-         {"rms_final", dim},                {"freq_cis_real", uint64_t(h.seq_len) * head / 2},
+    v = {{"tok_embeddings", vocab * dim},
+         {"rms_att", layers * dim},
+         {"wq", layers * dim * dim},
+         {"wk", layers * kv_dim * dim},
+         {"wv", layers * kv_dim * dim},
+         {"wo", layers * dim * dim},
+         {"rms_ffn", layers * dim},
+         {"w1", layers * hidden * dim},
+         {"w2", layers * dim * hidden},
+         {"w3", layers * hidden * dim},
+         {"rms_final", dim},
+         {"freq_cis_real", uint64_t(h.seq_len) * head / 2},
          {"freq_cis_imag", uint64_t(h.seq_len) * head / 2}};
   } else {
-    v = {{"rms_att", layers * dim},      {"rms_ffn", layers * dim},
-         {"rms_final", dim},             {"tok_embeddings", vocab * dim},
-         {"wq", layers * dim * dim},     {"wk", layers * kv_dim * dim},
-         {"wv", layers * kv_dim * dim},  {"wo", layers * dim * dim},
-         {"w1", layers * hidden * dim},  {"w2", layers * dim * hidden},
+    v = {{"rms_att", layers * dim},
+         {"rms_ffn", layers * dim},
+         {"rms_final", dim},
+         {"tok_embeddings", vocab * dim},
+         {"wq", layers * dim * dim},
+         {"wk", layers * kv_dim * dim},
+         {"wv", layers * kv_dim * dim},
+         {"wo", layers * dim * dim},
+         {"w1", layers * hidden * dim},
+         {"w2", layers * dim * hidden},
          {"w3", layers * hidden * dim}};
   }
   if (!h.shared_classifier) v.push_back({"wcls", vocab * dim});
@@ -122,9 +136,9 @@ absl::StatusOr<Llama2cHeader> ReadLlama2cHeader(const std::filesystem::path& pat
     }
     const int32_t version = Load<int32_t>(p + 4);
     if (version != 1) {
-      return absl::UnimplementedError(absl::StrCat(
-          path.string(), ": llama2.c export version ", version,
-          " is not supported (only the fp32 formats: legacy v0 and version 1)"));
+      return absl::UnimplementedError(
+          absl::StrCat(path.string(), ": llama2.c export version ", version,
+                       " is not supported (only the fp32 formats: legacy v0 and version 1)"));
     }
     h.version = 1;
     p += 8;
@@ -152,13 +166,12 @@ absl::StatusOr<Llama2cHeader> ReadLlama2cHeader(const std::filesystem::path& pat
   }
 
   const std::string params = absl::StrCat(
-      "dim=", h.dim, " hidden_dim=", h.hidden_dim, " n_layers=", h.n_layers, " n_heads=",
-      h.n_heads, " n_kv_heads=", h.n_kv_heads, " vocab_size=", h.vocab_size,
-      " seq_len=", h.seq_len);
+      "dim=", h.dim, " hidden_dim=", h.hidden_dim, " n_layers=", h.n_layers, " n_heads=", h.n_heads,
+      " n_kv_heads=", h.n_kv_heads, " vocab_size=", h.vocab_size, " seq_len=", h.seq_len);
   // Each field is bounded so that the size arithmetic below cannot overflow 64 bits.
   constexpr int kMaxField = 1 << 18;
-  for (int v : {h.dim, h.hidden_dim, h.n_layers, h.n_heads, h.n_kv_heads, h.vocab_size,
-                h.seq_len}) {
+  for (int v :
+       {h.dim, h.hidden_dim, h.n_layers, h.n_heads, h.n_kv_heads, h.vocab_size, h.seq_len}) {
     if (v <= 0 || v > kMaxField) {
       return Invalid(path, absl::StrCat("implausible header (", params,
                                         "): every field must be in [1, ", kMaxField, "]"));
@@ -173,11 +186,11 @@ absl::StatusOr<Llama2cHeader> ReadLlama2cHeader(const std::filesystem::path& pat
   for (const auto& [name, n] : Layout(h)) floats += n;
   h.expected_file_size = h.weights_offset + floats * 4;
   if (size != h.expected_file_size) {
-    return absl::DataLossError(absl::StrCat(
-        path.string(), ": the header (version ", h.version, ", ", params,
-        h.shared_classifier ? ", shared classifier" : ", separate classifier",
-        ") implies a file of ", h.expected_file_size, " bytes, but it is ", size, " bytes",
-        size < h.expected_file_size ? " (truncated)" : " (trailing data)"));
+    return absl::DataLossError(
+        absl::StrCat(path.string(), ": the header (version ", h.version, ", ", params,
+                     h.shared_classifier ? ", shared classifier" : ", separate classifier",
+                     ") implies a file of ", h.expected_file_size, " bytes, but it is ", size,
+                     " bytes", size < h.expected_file_size ? " (truncated)" : " (trailing data)"));
   }
   return h;
 }
@@ -216,7 +229,10 @@ absl::StatusOr<SentencePieceVocab> ReadLlama2cTokenizer(const std::filesystem::p
     } else {
       std::string mapped;
       for (char c : piece) {
-        if (c == ' ') mapped += space; else mapped += c;
+        if (c == ' ')
+          mapped += space;
+        else
+          mapped += c;
       }
       piece = std::move(mapped);
     }
@@ -228,8 +244,8 @@ absl::StatusOr<SentencePieceVocab> ReadLlama2cTokenizer(const std::filesystem::p
     vocab.scores.push_back(score);
   }
   if (pos != size) {
-    return absl::DataLossError(absl::StrCat(path.string(), ": ", size - pos,
-                                            " bytes left after ", vocab_size,
+    return absl::DataLossError(absl::StrCat(path.string(), ": ", size - pos, " bytes left after ",
+                                            vocab_size,
                                             " tokens (vocab_size comes from the checkpoint): "
                                             "tokenizer and checkpoint do not match"));
   }
@@ -240,7 +256,8 @@ absl::Status ConvertLlama2c(const std::filesystem::path& checkpoint_bin,
                             const std::filesystem::path& tokenizer_bin,
                             const std::filesystem::path& out_dir) {
   ASSIGN_OR_RETURN(const Llama2cHeader h, ReadLlama2cHeader(checkpoint_bin));
-  ASSIGN_OR_RETURN(const SentencePieceVocab vocab, ReadLlama2cTokenizer(tokenizer_bin, h.vocab_size));
+  ASSIGN_OR_RETURN(const SentencePieceVocab vocab,
+                   ReadLlama2cTokenizer(tokenizer_bin, h.vocab_size));
   ASSIGN_OR_RETURN(std::shared_ptr<MappedFile> file, MappedFile::Open(checkpoint_bin));
   if (file->size() != h.expected_file_size) {
     return absl::AbortedError(absl::StrCat(checkpoint_bin.string(), ": changed while reading"));
@@ -327,8 +344,8 @@ absl::Status ConvertLlama2c(const std::filesystem::path& checkpoint_bin,
   RETURN_IF_ERROR(writer.Write(out_dir / "model.safetensors"));
   RETURN_IF_ERROR(WriteStringToFile(out_dir / "config.json", c.ToJson()));
   RETURN_IF_ERROR(WriteStringToFile(out_dir / "tokenizer.json", SentencePieceTokenizerJson(vocab)));
-  RETURN_IF_ERROR(WriteStringToFile(out_dir / "tokenizer_config.json",
-                                    LlamaTokenizerConfigJson(h.seq_len)));
+  RETURN_IF_ERROR(
+      WriteStringToFile(out_dir / "tokenizer_config.json", LlamaTokenizerConfigJson(h.seq_len)));
   return absl::OkStatus();
 }
 

@@ -53,7 +53,8 @@ std::vector<std::pair<std::string, std::string>> DeriveMerges(const SentencePiec
     for (size_t cut : CharBoundaries(piece)) {
       auto l = ids.find(piece.substr(0, cut));
       auto r = ids.find(piece.substr(cut));
-      if (l != ids.end() && r != ids.end()) local.push_back({l->second, r->second, vocab.scores[i]});
+      if (l != ids.end() && r != ids.end())
+        local.push_back({l->second, r->second, vocab.scores[i]});
     }
     std::sort(local.begin(), local.end(), [](const Merge& a, const Merge& b) {
       return a.left != b.left ? a.left < b.left : a.right < b.right;
@@ -74,16 +75,15 @@ std::string SentencePieceTokenizerJson(const SentencePieceVocab& vocab) {
   j["version"] = "1.0";
   j["truncation"] = nullptr;
   j["padding"] = nullptr;
-  j["added_tokens"] = OrderedJson::array(
-      {SpecialToken(0, vocab.pieces[0]), SpecialToken(1, vocab.pieces[1]),
-       SpecialToken(2, vocab.pieces[2])});
+  j["added_tokens"] =
+      OrderedJson::array({SpecialToken(0, vocab.pieces[0]), SpecialToken(1, vocab.pieces[1]),
+                          SpecialToken(2, vocab.pieces[2])});
   j["normalizer"] = {
       {"type", "Sequence"},
       {"normalizers",
-       OrderedJson::array({{{"type", "Prepend"}, {"prepend", space}},
-                           {{"type", "Replace"},
-                            {"pattern", {{"String", " "}}},
-                            {"content", space}}})}};
+       OrderedJson::array(
+           {{{"type", "Prepend"}, {"prepend", space}},
+            {{"type", "Replace"}, {"pattern", {{"String", " "}}}, {"content", space}}})}};
   j["pre_tokenizer"] = nullptr;
   const std::string& bos = vocab.pieces[1];
   OrderedJson bos_item = {{"SpecialToken", {{"id", bos}, {"type_id", 0}}}};
@@ -91,18 +91,19 @@ std::string SentencePieceTokenizerJson(const SentencePieceVocab& vocab) {
   OrderedJson seq_a = {{"Sequence", {{"id", "A"}, {"type_id", 0}}}};
   OrderedJson seq_b = {{"Sequence", {{"id", "B"}, {"type_id", 1}}}};
   OrderedJson special_tokens;
-  special_tokens[bos] = {{"id", bos}, {"ids", OrderedJson::array({1})}, {"tokens", OrderedJson::array({bos})}};
+  special_tokens[bos] = {
+      {"id", bos}, {"ids", OrderedJson::array({1})}, {"tokens", OrderedJson::array({bos})}};
   j["post_processor"] = {{"type", "TemplateProcessing"},
                          {"single", OrderedJson::array({bos_item, seq_a})},
                          {"pair", OrderedJson::array({bos_item, seq_a, bos_item_b, seq_b})},
                          {"special_tokens", special_tokens}};
   j["decoder"] = {
       {"type", "Sequence"},
-      {"decoders",
-       OrderedJson::array({{{"type", "Replace"}, {"pattern", {{"String", space}}}, {"content", " "}},
-                           {{"type", "ByteFallback"}},
-                           {{"type", "Fuse"}},
-                           {{"type", "Strip"}, {"content", " "}, {"start", 1}, {"stop", 0}}})}};
+      {"decoders", OrderedJson::array(
+                       {{{"type", "Replace"}, {"pattern", {{"String", space}}}, {"content", " "}},
+                        {{"type", "ByteFallback"}},
+                        {{"type", "Fuse"}},
+                        {{"type", "Strip"}, {"content", " "}, {"start", 1}, {"stop", 0}}})}};
   OrderedJson model;
   model["type"] = "BPE";
   model["dropout"] = nullptr;
@@ -125,8 +126,8 @@ std::string SentencePieceTokenizerJson(const SentencePieceVocab& vocab) {
   std::string vocab_text = "{";
   for (size_t i = 0; i < vocab.pieces.size(); ++i) {
     vocab_text += i == 0 ? "\n      " : ",\n      ";
-    vocab_text += OrderedJson(vocab.pieces[i]).dump(-1, ' ', false,
-                                                    OrderedJson::error_handler_t::replace);
+    vocab_text +=
+        OrderedJson(vocab.pieces[i]).dump(-1, ' ', false, OrderedJson::error_handler_t::replace);
     vocab_text += ": " + std::to_string(i);
   }
   vocab_text += "\n    }";
@@ -151,9 +152,8 @@ std::string LlamaTokenizerConfigJson(int model_max_length) {
   OrderedJson decoder;
   const char* names[] = {"<unk>", "<s>", "</s>"};
   for (int i = 0; i < 3; ++i) {
-    decoder[std::to_string(i)] = {{"content", names[i]}, {"single_word", false},
-                                  {"lstrip", false},     {"rstrip", false},
-                                  {"normalized", false}, {"special", true}};
+    decoder[std::to_string(i)] = {{"content", names[i]}, {"single_word", false}, {"lstrip", false},
+                                  {"rstrip", false},     {"normalized", false},  {"special", true}};
   }
   j["added_tokens_decoder"] = std::move(decoder);
   return Dump(j);

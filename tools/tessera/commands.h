@@ -8,6 +8,8 @@ namespace tessera::cli {
 int RunMain(int argc, char** argv);              // tessera run
 int ConvertLlama2cMain(int argc, char** argv);   // tessera convert-llama2c
 int GenCheckpointMain(int argc, char** argv);    // tessera gen-checkpoint
+int ServeMain(int argc, char** argv);            // tessera serve
+int GenerateMain(int argc, char** argv);         // tessera generate
 
 }  // namespace tessera::cli
 

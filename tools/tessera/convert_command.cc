@@ -26,8 +26,10 @@ int ConvertLlama2cMain(int argc, char** argv) {
     return 0;
   }
   if (checkpoint.empty() || tokenizer.empty() || out.empty() || !flags.positional().empty()) {
-    std::fprintf(stderr, "convert-llama2c needs --checkpoint, --tokenizer and --out, and no "
-                         "positional arguments\n\n%s", flags.Usage().c_str());
+    std::fprintf(stderr,
+                 "convert-llama2c needs --checkpoint, --tokenizer and --out, and no "
+                 "positional arguments\n\n%s",
+                 flags.Usage().c_str());
     return 1;
   }
   if (absl::Status s = ConvertLlama2c(checkpoint, tokenizer, out); !s.ok()) {

@@ -27,13 +27,14 @@ absl::Status Override(const char* flag, int64_t value, int* field) {
 
 absl::Status Run(int argc, char** argv, bool* help) {
   std::string preset, out, dtype = "bf16";
-  int64_t layers = 0, shards = 1, seed = 0, hidden = 0, intermediate = 0, heads = 0,
-          kv_heads = 0, head_dim = 0, vocab = 0;
+  int64_t layers = 0, shards = 1, seed = 0, hidden = 0, intermediate = 0, heads = 0, kv_heads = 0,
+          head_dim = 0, vocab = 0;
   bool lm_head = false;
   FlagSet flags("tessera gen-checkpoint",
                 "Writes a Hugging Face Llama folder with random weights of a real model's "
                 "shapes, a byte-level tokenizer and config.json.");
-  flags.String("preset", &preset, absl::StrCat("model shape: ", absl::StrJoin(PresetNames(), ", ")));
+  flags.String("preset", &preset,
+               absl::StrCat("model shape: ", absl::StrJoin(PresetNames(), ", ")));
   flags.String("out", &out, "output folder (created if missing)");
   flags.String("dtype", &dtype, "weight dtype: f32, bf16 or f16");
   flags.Int("layers", &layers, "number of layers (0: the preset's)");
@@ -53,22 +54,20 @@ absl::Status Run(int argc, char** argv, bool* help) {
     return absl::OkStatus();
   }
   if (preset.empty() || out.empty() || !flags.positional().empty()) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("gen-checkpoint needs --preset and --out, and no positional arguments\n\n",
-                     flags.Usage()));
+    return absl::InvalidArgumentError(absl::StrCat(
+        "gen-checkpoint needs --preset and --out, and no positional arguments\n\n", flags.Usage()));
   }
   if (layers < 0 || layers > 100000) {
     return absl::InvalidArgumentError(absl::StrCat("--layers must be positive, got ", layers));
   }
   absl::StatusOr<ModelConfig> config = PresetConfig(preset, static_cast<int>(layers));
   if (!config.ok()) return config.status();
-  for (auto [flag, value, field] :
-       {std::tuple{"hidden", hidden, &config->hidden_size},
-        {"intermediate", intermediate, &config->intermediate_size},
-        {"heads", heads, &config->num_attention_heads},
-        {"kv-heads", kv_heads, &config->num_key_value_heads},
-        {"head-dim", head_dim, &config->head_dim},
-        {"vocab", vocab, &config->vocab_size}}) {
+  for (auto [flag, value, field] : {std::tuple{"hidden", hidden, &config->hidden_size},
+                                    {"intermediate", intermediate, &config->intermediate_size},
+                                    {"heads", heads, &config->num_attention_heads},
+                                    {"kv-heads", kv_heads, &config->num_key_value_heads},
+                                    {"head-dim", head_dim, &config->head_dim},
+                                    {"vocab", vocab, &config->vocab_size}}) {
     if (absl::Status s = Override(flag, value, field); !s.ok()) return s;
   }
 
@@ -98,8 +97,8 @@ absl::Status Run(int argc, char** argv, bool* help) {
     const int percent = total == 0 ? 100 : static_cast<int>(done * 100 / total);
     if (percent == last_percent && done != total) return;
     last_percent = percent;
-    line.Update(done, total, absl::StrFormat("(%.1f / %.1f MiB)", done / 1048576.0,
-                                             total / 1048576.0));
+    line.Update(done, total,
+                absl::StrFormat("(%.1f / %.1f MiB)", done / 1048576.0, total / 1048576.0));
   };
   if (absl::Status s = GenerateRandomCheckpoint(*config, options); !s.ok()) return s;
   std::fprintf(stderr, "wrote %s (%lld parameters, %s)\n", out.c_str(),

@@ -1,5 +1,5 @@
-// `tessera`: the command-line entry point (local generation, conversion, tooling; the
-// serving commands join as they land).
+// `tessera`: the command-line entry point: local generation, a local cluster, a client,
+// and checkpoint tooling.
 #include <cstdio>
 #include <cstring>
 #include <string>
@@ -15,6 +15,8 @@ constexpr char kUsage[] =
     "  run              Load a model folder and generate text in this process.\n"
     "  convert-llama2c  Convert a llama2.c checkpoint + tokenizer to a Hugging Face folder.\n"
     "  gen-checkpoint   Write a Llama-shaped checkpoint with random weights.\n"
+    "  serve            Start a coordinator and its workers on this machine.\n"
+    "  generate         Send a request to a running coordinator.\n"
     "\n"
     "Run `tessera <command> --help` for the flags of a command.\n";
 
@@ -30,6 +32,8 @@ int main(int argc, char** argv) {
   if (command == "run") return tessera::cli::RunMain(argc - 1, argv + 1);
   if (command == "convert-llama2c") return tessera::cli::ConvertLlama2cMain(argc - 1, argv + 1);
   if (command == "gen-checkpoint") return tessera::cli::GenCheckpointMain(argc - 1, argv + 1);
+  if (command == "serve") return tessera::cli::ServeMain(argc - 1, argv + 1);
+  if (command == "generate") return tessera::cli::GenerateMain(argc - 1, argv + 1);
   std::fprintf(stderr, "tessera: unknown command '%s'\n\n%s", command.c_str(), kUsage);
   return 2;
 }

@@ -82,6 +82,7 @@ grpc::Status WorkerServiceImpl::LoadShard(grpc::ServerContext*, const v1::LoadSh
     const double fraction = request->kv_memory_fraction() > 0 ? request->kv_memory_fraction() : 0.5;
     num_blocks = static_cast<int64_t>(backend_->FreeMemoryBytes() * fraction / per_block);
   }
+  if (request->max_blocks() > 0) num_blocks = std::min<int64_t>(num_blocks, request->max_blocks());
   num_blocks = std::min<int64_t>(num_blocks, 1 << 20);
   v1::LoadShardProgress last;
   last.set_done(true);

@@ -1,0 +1,132 @@
+// `tessera serve`: a coordinator and tp x replicas workers on this machine.
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <csignal>
+#include <cstdio>
+#include <filesystem>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "common/flag_set.h"
+#include "tools/tessera/commands.h"
+
+namespace tessera::cli {
+namespace {
+
+std::atomic<bool> g_stop{false};
+void OnSignal(int) { g_stop = true; }
+
+// The directory of the running executable: the coordinator and worker binaries sit beside it.
+std::filesystem::path SelfDir() {
+  std::error_code ec;
+  auto exe = std::filesystem::read_symlink("/proc/self/exe", ec);
+  return ec ? std::filesystem::current_path() : exe.parent_path();
+}
+
+pid_t Spawn(const std::vector<std::string>& args) {
+  const pid_t pid = ::fork();
+  if (pid == 0) {
+    ::setpgid(0, 0);  // Ctrl-C reaches us; we stop the children in order.
+    std::vector<char*> argv;
+    for (const auto& a : args) argv.push_back(const_cast<char*>(a.c_str()));
+    argv.push_back(nullptr);
+    ::execv(argv[0], argv.data());
+    std::fprintf(stderr, "tessera serve: cannot run %s\n", args[0].c_str());
+    ::_exit(127);
+  }
+  return pid;
+}
+
+}  // namespace
+
+int ServeMain(int argc, char** argv) {
+  std::string model, host = "127.0.0.1", policy = "fcfs";
+  int64_t tp = 1, replicas = 1, port = 50051, cluster_port = 0, threads = 0, kv_memory_mb = 0;
+  int64_t max_num_seqs = 256, block_size = 16, max_num_batched_tokens = 2048;
+  FlagSet flags("tessera serve",
+                "Starts a coordinator and tp x replicas workers on this machine and stops them\n"
+                "all on Ctrl-C (SIGINT) or SIGTERM. Clients connect to --port.");
+  flags.String("model", &model, "Model folder.");
+  flags.Int("tp", &tp, "Tensor-parallel ranks per replica.");
+  flags.Int("replicas", &replicas, "Replicas.");
+  flags.String("host", &host, "Address the API binds to.");
+  flags.Int("port", &port, "Public gRPC port.");
+  flags.Int("cluster-port", &cluster_port, "Worker registration port (0: port + 1).");
+  flags.Int("threads", &threads, "CPU threads per worker (0: cores / workers, at least 1).");
+  flags.Int("kv-memory-mb", &kv_memory_mb, "KV-cache budget per worker in MiB (0: a share of free memory).");
+  flags.Int("max-num-seqs", &max_num_seqs, "Running sequences per replica at most.");
+  flags.Int("max-num-batched-tokens", &max_num_batched_tokens, "Token budget of one step.");
+  flags.Int("block-size", &block_size, "Tokens per KV-cache block.");
+  flags.String("policy", &policy, "Scheduling policy: fcfs or priority.");
+  if (auto s = flags.Parse(argc, argv); !s.ok()) {
+    std::fprintf(stderr, "tessera serve: %s\n", std::string(s.message()).c_str());
+    return 1;
+  }
+  if (flags.help_requested()) {
+    std::fputs(flags.Usage().c_str(), stdout);
+    return 0;
+  }
+  if (model.empty()) {
+    std::fprintf(stderr, "tessera serve: --model is required\n");
+    return 1;
+  }
+  if (tp < 1 || replicas < 1) {
+    std::fprintf(stderr, "tessera serve: --tp and --replicas must be positive\n");
+    return 1;
+  }
+  if (cluster_port == 0) cluster_port = port + 1;
+  const int workers = static_cast<int>(tp * replicas);
+  if (threads == 0) threads = std::max<int64_t>(1, std::thread::hardware_concurrency() / workers);
+  const std::filesystem::path dir = SelfDir();
+
+  std::signal(SIGINT, OnSignal);
+  std::signal(SIGTERM, OnSignal);
+  std::vector<pid_t> children;
+  children.push_back(Spawn({(dir / "tessera-coordinator").string(), "--model", model, "--host", host,
+                            "--port", absl::StrCat(port), "--cluster-port", absl::StrCat(cluster_port),
+                            "--tp", absl::StrCat(tp), "--replicas", absl::StrCat(replicas),
+                            "--kv-memory-mb", absl::StrCat(kv_memory_mb), "--max-num-seqs",
+                            absl::StrCat(max_num_seqs), "--block-size", absl::StrCat(block_size),
+                            "--max-num-batched-tokens", absl::StrCat(max_num_batched_tokens),
+                            "--policy", policy}));
+  for (int w = 0; w < workers; ++w) {
+    children.push_back(Spawn({(dir / "tessera-worker").string(), "--coordinator",
+                              absl::StrCat("127.0.0.1:", cluster_port), "--threads", absl::StrCat(threads),
+                              "--rank-hint", absl::StrCat(w % tp)}));
+  }
+  // Run until a signal, or until the coordinator exits.
+  int status = 0;
+  while (!g_stop) {
+    const pid_t done = ::waitpid(children[0], &status, WNOHANG);
+    if (done == children[0]) {
+      children[0] = -1;
+      break;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+  // Coordinator first (it drains), then the workers.
+  for (pid_t pid : children) {
+    if (pid > 0) ::kill(pid, SIGTERM);
+  }
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+  for (pid_t pid : children) {
+    if (pid <= 0) continue;
+    while (::waitpid(pid, nullptr, WNOHANG) == 0) {
+      if (std::chrono::steady_clock::now() > deadline) {
+        ::kill(pid, SIGKILL);
+        ::waitpid(pid, nullptr, 0);
+        break;
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    }
+  }
+  std::fprintf(stderr, "tessera serve: stopped\n");
+  return 0;
+}
+
+}  // namespace tessera::cli

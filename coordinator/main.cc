@@ -30,7 +30,7 @@ int Fail(const std::string& message) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  std::string model, host = "127.0.0.1", cluster_host = "127.0.0.1", policy = "fcfs";
+  std::string model, host = "127.0.0.1", cluster_host = "127.0.0.1", policy = "fcfs", communicator = "auto";
   int64_t port = 50051, cluster_port = 50052, tp = 1, replicas = 1, block_size = 16;
   int64_t max_num_seqs = 256, max_num_batched_tokens = 2048, max_model_len = 0;
   int64_t kv_memory_mb = 0, heartbeat_ms = 1000, collective_timeout_ms = 10000;
@@ -54,6 +54,7 @@ int main(int argc, char** argv) {
   flags.Float("kv-memory-fraction", &kv_memory_fraction, "Share of a worker's free memory after loading given to the KV cache.");
   flags.Int("kv-memory-mb", &kv_memory_mb, "Fixed KV-cache budget per worker in MiB (overrides the fraction).");
   flags.String("policy", &policy, "Scheduling policy: fcfs or priority.");
+  flags.String("communicator", &communicator, "Collectives between ranks: auto (shm when a group shares a host, else gloo), gloo or shm.");
   flags.Bool("no-prefix-caching", &no_prefix_caching, "Disable prefix caching.");
   flags.Float("router-load-weight", &load_weight, "Router: blocks of load worth one block of prefill.");
   flags.Int("heartbeat-ms", &heartbeat_ms, "Interval of worker health probes.");
@@ -64,6 +65,9 @@ int main(int argc, char** argv) {
     return 0;
   }
   if (model.empty()) return Fail("--model is required");
+  if (communicator != "auto" && communicator != "gloo" && communicator != "shm") {
+    return Fail(absl::StrCat("--communicator must be auto, gloo or shm, got ", communicator));
+  }
   if (tp < 1 || replicas < 1) return Fail(absl::StrCat("--tp and --replicas must be positive, got ", tp, " and ", replicas));
   if (policy != "fcfs" && policy != "priority") return Fail(absl::StrCat("--policy must be fcfs or priority, got ", policy));
 
@@ -92,6 +96,7 @@ int main(int argc, char** argv) {
   co.replicas = static_cast<int>(replicas);
   co.store_host = cluster_host;
   co.group.model_dir = model;
+  co.group.communicator = communicator;
   co.group.block_size = static_cast<int>(block_size);
   co.group.kv_memory_fraction = kv_memory_fraction;
   co.group.kv_memory_bytes = static_cast<uint64_t>(kv_memory_mb) << 20;

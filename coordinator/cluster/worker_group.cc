@@ -51,13 +51,24 @@ WorkerGroup::WorkerGroup(int replica, std::vector<std::string> addresses, GroupO
 absl::StatusOr<GroupCapacity> WorkerGroup::Form(uint64_t generation,
                                                 const std::function<void(int, int, int)>& progress) {
   const int world = world_size();
+  std::string communicator = options_.communicator;
+  if (world == 1) {
+    communicator = "single";
+  } else if (communicator == "auto") {
+    // Shared memory beats TCP by two orders of magnitude for small all-reduces.
+    const std::string host = addresses_[0].substr(0, addresses_[0].rfind(':'));
+    communicator = "shm";
+    for (const auto& a : addresses_) {
+      if (a.substr(0, a.rfind(':')) != host) communicator = "gloo";
+    }
+  }
   absl::Status s = ForEachRank(world, addresses_, [&](int r) {
     v1::ConfigureRequest req;
     req.set_replica(replica_);
     req.set_rank(r);
     req.set_world_size(world);
     for (const auto& a : addresses_) req.add_peers(a);
-    req.set_communicator(world > 1 ? "gloo" : "single");
+    req.set_communicator(communicator);
     req.set_rendezvous_address(options_.rendezvous_address);
     req.set_rendezvous_prefix(absl::StrCat("replica", replica_, "/gen", generation));
     req.set_collective_timeout_ms(static_cast<uint32_t>(options_.collective_timeout.count()));

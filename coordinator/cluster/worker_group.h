@@ -28,6 +28,8 @@ struct GroupOptions {
   uint64_t kv_memory_bytes = 0;  // Per rank; 0: use the fraction.
   int max_blocks = 0;            // Cap (what max_num_seqs full contexts need); 0: none.
   std::string rendezvous_address;  // The coordinator's Gloo store, "host:port".
+  // "gloo", "shm" (ranks on one host), or "auto": shm when every rank shares a host.
+  std::string communicator = "auto";
   std::chrono::milliseconds collective_timeout{10000};
   std::chrono::milliseconds step_timeout{120000};
 };

@@ -6,6 +6,8 @@
 #include <string>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "tests/support/test_model.h"
@@ -30,7 +32,12 @@ std::filesystem::path WriteRaw(const std::string& header, const std::string& dat
 }
 
 std::string Tensor(const std::string& name, const std::string& body) {
-  return "\"" + name + "\":" + body;
+  return absl::StrCat("\"", name, "\":", body);
+}
+
+// A header object from "key":value entries.
+std::string Header(const std::vector<std::string>& entries) {
+  return absl::StrCat("{", absl::StrJoin(entries, ","), "}");
 }
 
 void ExpectError(const absl::StatusOr<std::unique_ptr<SafetensorsFile>>& r, absl::StatusCode code,
@@ -81,7 +88,7 @@ TEST(SafetensorsFileTest, HeaderNotObject) {
 }
 
 TEST(SafetensorsFileTest, EntryNotObject) {
-  const auto path = WriteRaw("{" + Tensor("w", "[1]") + "}", "");
+  const auto path = WriteRaw(Header({Tensor("w", "[1]")}), "");
   ExpectError(SafetensorsFile::Open(path), absl::StatusCode::kInvalidArgument, path, "\"w\"",
               "not an object");
 }
@@ -95,7 +102,7 @@ struct FieldCase {
 class BadFieldTest : public ::testing::TestWithParam<FieldCase> {};
 
 TEST_P(BadFieldTest, NamesFileTensorAndField) {
-  const auto path = WriteRaw("{" + Tensor("layer.w", GetParam().body) + "}", std::string(16, '\0'));
+  const auto path = WriteRaw(Header({Tensor("layer.w", GetParam().body)}), std::string(16, '\0'));
   ExpectError(SafetensorsFile::Open(path), absl::StatusCode::kInvalidArgument, path, "\"layer.w\"",
               GetParam().problem);
 }
@@ -128,34 +135,31 @@ INSTANTIATE_TEST_SUITE_P(
 
 TEST(SafetensorsFileTest, ByteCountDisagreesWithShape) {
   const auto path =
-      WriteRaw("{" + Tensor("w", R"({"dtype":"F32","shape":[2,2],"data_offsets":[0,12]})") + "}",
+      WriteRaw(Header({Tensor("w", R"({"dtype":"F32","shape":[2,2],"data_offsets":[0,12]})")}),
                std::string(16, '\0'));
   ExpectError(SafetensorsFile::Open(path), absl::StatusCode::kDataLoss, path, "\"w\"",
               "needs 16 bytes but data_offsets span 12");
 }
 
 TEST(SafetensorsFileTest, ElementCountOverflow) {
-  const auto path = WriteRaw(
-      "{" +
-          Tensor(
-              "w",
-              R"({"dtype":"BF16","shape":[1099511627776,1099511627776],"data_offsets":[0,16]})") +
-          "}",
-      std::string(16, '\0'));
+  const auto path =
+      WriteRaw(Header({Tensor("w", R"({"dtype":"BF16","shape":[1099511627776,1099511627776],)"
+                                   R"("data_offsets":[0,16]})")}),
+               std::string(16, '\0'));
   ExpectError(SafetensorsFile::Open(path), absl::StatusCode::kDataLoss, path, "\"w\"",
               "more than 2^64");
 }
 
 TEST(SafetensorsFileTest, ReversedOffsets) {
   const auto path =
-      WriteRaw("{" + Tensor("w", R"({"dtype":"F32","shape":[0],"data_offsets":[16,8]})") + "}",
+      WriteRaw(Header({Tensor("w", R"({"dtype":"F32","shape":[0],"data_offsets":[16,8]})")}),
                std::string(16, '\0'));
   ExpectError(SafetensorsFile::Open(path), absl::StatusCode::kDataLoss, path, "\"w\"", "reversed");
 }
 
 TEST(SafetensorsFileTest, OffsetsPastDataSection) {
   const auto path =
-      WriteRaw("{" + Tensor("w", R"({"dtype":"F32","shape":[4],"data_offsets":[8,24]})") + "}",
+      WriteRaw(Header({Tensor("w", R"({"dtype":"F32","shape":[4],"data_offsets":[8,24]})")}),
                std::string(16, '\0'));
   ExpectError(SafetensorsFile::Open(path), absl::StatusCode::kDataLoss, path, "\"w\"",
               "past the end of the data section (16 bytes)");
@@ -163,8 +167,8 @@ TEST(SafetensorsFileTest, OffsetsPastDataSection) {
 
 TEST(SafetensorsFileTest, OverlappingTensors) {
   const auto path =
-      WriteRaw("{" + Tensor("a", R"({"dtype":"F32","shape":[3],"data_offsets":[0,12]})") + "," +
-                   Tensor("b", R"({"dtype":"F32","shape":[2],"data_offsets":[8,16]})") + "}",
+      WriteRaw(Header({Tensor("a", R"({"dtype":"F32","shape":[3],"data_offsets":[0,12]})"),
+                       Tensor("b", R"({"dtype":"F32","shape":[2],"data_offsets":[8,16]})")}),
                std::string(16, '\0'));
   ExpectError(SafetensorsFile::Open(path), absl::StatusCode::kDataLoss, path, "\"b\"",
               "overlaps tensor \"a\"");
@@ -172,7 +176,7 @@ TEST(SafetensorsFileTest, OverlappingTensors) {
 
 TEST(SafetensorsFileTest, MetadataMustBeStringMap) {
   for (const std::string meta : {R"("pt")", R"({"format":1})"}) {
-    const auto path = WriteRaw("{\"__metadata__\":" + meta + "}", "");
+    const auto path = WriteRaw(Header({Tensor("__metadata__", meta)}), "");
     ExpectError(SafetensorsFile::Open(path), absl::StatusCode::kInvalidArgument, path, "",
                 "__metadata__");
   }
@@ -183,10 +187,10 @@ TEST(SafetensorsFileTest, ReadsHandWrittenFile) {
   std::string data(reinterpret_cast<const char*>(values), sizeof(values));
   data += std::string("\x80\x3f", 2);  // BF16 1.0
   const auto path =
-      WriteRaw("{\"__metadata__\":{\"format\":\"pt\"}," +
-                   Tensor("b", R"({"dtype":"BF16","shape":[1],"data_offsets":[12,14]})") + "," +
-                   Tensor("a", R"({"dtype":"F32","shape":[3],"data_offsets":[0,12]})") + "," +
-                   Tensor("empty", R"({"dtype":"F16","shape":[0,5],"data_offsets":[14,14]})") + "}",
+      WriteRaw(Header({Tensor("__metadata__", R"({"format":"pt"})"),
+                       Tensor("b", R"({"dtype":"BF16","shape":[1],"data_offsets":[12,14]})"),
+                       Tensor("a", R"({"dtype":"F32","shape":[3],"data_offsets":[0,12]})"),
+                       Tensor("empty", R"({"dtype":"F16","shape":[0,5],"data_offsets":[14,14]})")}),
                data);
   auto file = SafetensorsFile::Open(path);
   ASSERT_TRUE(file.ok()) << file.status();

@@ -25,7 +25,7 @@ absl::Status Override(const char* flag, int64_t value, int* field) {
   return absl::OkStatus();
 }
 
-absl::Status Run(int argc, char** argv, bool* help) {
+absl::Status Run(int argc, char** argv) {
   std::string preset, out, dtype = "bf16";
   int64_t layers = 0, shards = 1, seed = 0, hidden = 0, intermediate = 0, heads = 0, kv_heads = 0,
           head_dim = 0, vocab = 0;
@@ -50,7 +50,6 @@ absl::Status Run(int argc, char** argv, bool* help) {
   if (absl::Status s = flags.Parse(argc, argv); !s.ok()) return s;
   if (flags.help_requested()) {
     std::printf("%s", flags.Usage().c_str());
-    *help = true;
     return absl::OkStatus();
   }
   if (preset.empty() || out.empty() || !flags.positional().empty()) {
@@ -109,8 +108,7 @@ absl::Status Run(int argc, char** argv, bool* help) {
 }  // namespace
 
 int GenCheckpointMain(int argc, char** argv) {
-  bool help = false;
-  if (absl::Status s = Run(argc, argv, &help); !s.ok()) {
+  if (absl::Status s = Run(argc, argv); !s.ok()) {
     std::fprintf(stderr, "gen-checkpoint: %s\n", std::string(s.message()).c_str());
     return 1;
   }

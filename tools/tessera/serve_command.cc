@@ -45,7 +45,7 @@ pid_t Spawn(const std::vector<std::string>& args) {
 }  // namespace
 
 int ServeMain(int argc, char** argv) {
-  std::string model, host = "127.0.0.1", policy = "fcfs";
+  std::string model, host = "127.0.0.1", policy = "fcfs", communicator = "auto";
   int64_t tp = 1, replicas = 1, port = 50051, cluster_port = 0, threads = 0, kv_memory_mb = 0;
   int64_t max_num_seqs = 256, block_size = 16, max_num_batched_tokens = 2048;
   FlagSet flags("tessera serve",
@@ -63,6 +63,7 @@ int ServeMain(int argc, char** argv) {
   flags.Int("max-num-batched-tokens", &max_num_batched_tokens, "Token budget of one step.");
   flags.Int("block-size", &block_size, "Tokens per KV-cache block.");
   flags.String("policy", &policy, "Scheduling policy: fcfs or priority.");
+  flags.String("communicator", &communicator, "Collectives: auto (shm on one host), gloo or shm.");
   if (auto s = flags.Parse(argc, argv); !s.ok()) {
     std::fprintf(stderr, "tessera serve: %s\n", std::string(s.message()).c_str());
     return 1;
@@ -93,7 +94,7 @@ int ServeMain(int argc, char** argv) {
                             "--kv-memory-mb", absl::StrCat(kv_memory_mb), "--max-num-seqs",
                             absl::StrCat(max_num_seqs), "--block-size", absl::StrCat(block_size),
                             "--max-num-batched-tokens", absl::StrCat(max_num_batched_tokens),
-                            "--policy", policy}));
+                            "--policy", policy, "--communicator", communicator}));
   for (int w = 0; w < workers; ++w) {
     children.push_back(Spawn({(dir / "tessera-worker").string(), "--coordinator",
                               absl::StrCat("127.0.0.1:", cluster_port), "--threads", absl::StrCat(threads),

@@ -5,6 +5,7 @@
 #include "absl/strings/str_cat.h"
 #include "common/grpc_status.h"
 #include "worker/comm/gloo_communicator.h"
+#include "worker/comm/shm_communicator.h"
 
 namespace tessera {
 namespace {
@@ -27,6 +28,23 @@ absl::StatusOr<std::unique_ptr<Communicator>> MakeCommunicator(const v1::Configu
     o.bind_host = r.advertise_host().empty() ? host : r.advertise_host();
     o.timeout = std::chrono::milliseconds(r.collective_timeout_ms() > 0 ? r.collective_timeout_ms() : 30000);
     auto comm = GlooCommunicator::Create(o);
+    if (!comm.ok()) return comm.status();
+    return std::unique_ptr<Communicator>(std::move(*comm));
+  }
+  if (r.communicator() == "shm") {
+    ShmCommunicatorOptions o;
+    const std::string& addr = r.rendezvous_address();
+    const size_t colon = addr.rfind(':');
+    if (colon == std::string::npos) {
+      return absl::InvalidArgumentError(absl::StrCat("bad rendezvous address \"", addr, "\""));
+    }
+    o.store_host = addr.substr(0, colon);
+    o.store_port = std::stoi(addr.substr(colon + 1));
+    o.prefix = r.rendezvous_prefix();
+    o.rank = static_cast<int>(r.rank());
+    o.world_size = static_cast<int>(r.world_size());
+    o.timeout = std::chrono::milliseconds(r.collective_timeout_ms() > 0 ? r.collective_timeout_ms() : 30000);
+    auto comm = ShmCommunicator::Create(o);
     if (!comm.ok()) return comm.status();
     return std::unique_ptr<Communicator>(std::move(*comm));
   }

@@ -1,0 +1,329 @@
+#ifndef TESSERA_TESTS_SUPPORT_CLUSTER_H_
+#define TESSERA_TESTS_SUPPORT_CLUSTER_H_
+
+// A local Tessera cluster for end-to-end tests: one tessera-coordinator and tp x replicas
+// tessera-worker processes on 127.0.0.1, started directly (not through `tessera serve`)
+// so a test can see and signal every process. The destructor stops them all: SIGTERM,
+// then SIGKILL after a grace period; children also get SIGKILL if the test process dies
+// (PR_SET_PDEATHSIG), so no test leaves servers behind.
+
+#include <fcntl.h>
+#include <netinet/in.h>
+#include <signal.h>
+#include <sys/prctl.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <memory>
+#include <sstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/str_cat.h"
+#include "grpc/health/v1/health.grpc.pb.h"
+#include "grpcpp/grpcpp.h"
+#include "tessera/v1/generation.grpc.pb.h"
+
+namespace tessera::testing {
+
+// The folder of the tessera, tessera-coordinator and tessera-worker binaries.
+inline std::filesystem::path BinaryDir() { return std::filesystem::path(TESSERA_BINARY_DIR) / "bin"; }
+
+// A TCP port on 127.0.0.1 that was free a moment ago (the kernel picks it for port 0).
+// `keep_open` holds the socket so several calls return different ports; close it before use.
+inline int PickFreePort(int* keep_open = nullptr) {
+  const int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  if (fd < 0) return 0;
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  addr.sin_port = 0;
+  socklen_t len = sizeof(addr);
+  int port = 0;
+  if (::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0 &&
+      ::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len) == 0) {
+    port = ntohs(addr.sin_port);
+  }
+  if (keep_open != nullptr && port != 0) {
+    *keep_open = fd;
+  } else {
+    ::close(fd);
+  }
+  return port;
+}
+
+// Resident memory of a live process in bytes (VmRSS from /proc/<pid>/status), 0 if unknown.
+inline uint64_t ResidentBytes(pid_t pid) {
+  std::ifstream in("/proc/" + std::to_string(pid) + "/status");
+  std::string line;
+  while (std::getline(in, line)) {
+    if (line.rfind("VmRSS:", 0) == 0) {
+      std::istringstream fields(line.substr(6));
+      uint64_t kib = 0;
+      fields >> kib;
+      return kib * 1024;
+    }
+  }
+  return 0;
+}
+
+struct ClusterOptions {
+  std::filesystem::path model_dir;
+  std::filesystem::path log_dir;  // Where each process's stdout + stderr go (required).
+  int tp = 1;
+  int replicas = 1;
+  int threads = 1;          // Kernel threads per worker.
+  int64_t kv_memory_mb = 0;  // Per worker; 0: the coordinator's default share of free memory.
+  int max_num_seqs = 0;      // 0: the coordinator's default.
+  std::vector<std::string> coordinator_flags;  // Extra flags, e.g. "--policy=priority".
+  std::vector<std::string> worker_env;          // Extra "NAME=value" for the workers.
+  std::chrono::seconds ready_timeout{180};     // Until every replica serves.
+};
+
+class Cluster {
+ public:
+  struct Process {
+    std::string name;
+    pid_t pid = -1;
+    std::filesystem::path log;
+    bool reaped = false;
+    int wait_status = 0;
+  };
+
+  // Starts the processes and waits until health says SERVING and every replica is
+  // ready. On failure everything started is stopped and the error carries the logs.
+  static absl::StatusOr<std::unique_ptr<Cluster>> Start(ClusterOptions options) {
+    std::unique_ptr<Cluster> c(new Cluster(std::move(options)));
+    if (absl::Status s = c->Launch(); !s.ok()) return s;
+    if (absl::Status s = c->WaitReady(); !s.ok()) return s;
+    return c;
+  }
+
+  ~Cluster() { Stop(); }
+  Cluster(const Cluster&) = delete;
+  Cluster& operator=(const Cluster&) = delete;
+
+  const std::string& address() const { return address_; }
+  std::shared_ptr<grpc::Channel> channel() const { return channel_; }
+  v1::Generation::Stub& api() { return *api_; }
+  const Process& coordinator() const { return processes_[0]; }
+  // Workers in start order; worker w was given --rank-hint w % tp.
+  std::vector<pid_t> worker_pids() const {
+    std::vector<pid_t> pids;
+    for (size_t i = 1; i < processes_.size(); ++i) pids.push_back(processes_[i].pid);
+    return pids;
+  }
+
+  // Whether the process with this pid (one of ours) is still running.
+  bool Running(pid_t pid) {
+    for (Process& p : processes_) {
+      if (p.pid != pid) continue;
+      Reap(p, /*block=*/false);
+      return !p.reaped;
+    }
+    return false;
+  }
+
+  void Signal(pid_t pid, int sig) {
+    for (Process& p : processes_) {
+      if (p.pid == pid && !p.reaped) ::kill(pid, sig);
+    }
+  }
+
+  // The default (overall) health status; UNKNOWN when the RPC fails.
+  grpc::health::v1::HealthCheckResponse::ServingStatus Health(const std::string& service = "") {
+    auto stub = grpc::health::v1::Health::NewStub(channel_);
+    grpc::ClientContext ctx;
+    ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(2));
+    grpc::health::v1::HealthCheckRequest req;
+    req.set_service(service);
+    grpc::health::v1::HealthCheckResponse resp;
+    if (!stub->Check(&ctx, req, &resp).ok()) return grpc::health::v1::HealthCheckResponse::UNKNOWN;
+    return resp.status();
+  }
+
+  // Polls until Health() == want or the timeout passes.
+  bool WaitForHealth(grpc::health::v1::HealthCheckResponse::ServingStatus want,
+                     std::chrono::milliseconds timeout) {
+    const auto deadline = std::chrono::steady_clock::now() + timeout;
+    do {
+      if (Health() == want) return true;
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    } while (std::chrono::steady_clock::now() < deadline);
+    return false;
+  }
+
+  absl::StatusOr<v1::ModelInfo> ModelInfo() {
+    grpc::ClientContext ctx;
+    ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(10));
+    v1::ModelInfo info;
+    grpc::Status s = api_->GetModelInfo(&ctx, v1::GetModelInfoRequest(), &info);
+    if (!s.ok()) return absl::Status(static_cast<absl::StatusCode>(s.error_code()), s.error_message());
+    return info;
+  }
+
+  // The last `tail_bytes` of every process's log, for failure messages.
+  std::string Logs(size_t tail_bytes = 3000) const {
+    std::string out;
+    for (const Process& p : processes_) {
+      std::ifstream in(p.log, std::ios::binary);
+      std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+      if (text.size() > tail_bytes) text = "..." + text.substr(text.size() - tail_bytes);
+      absl::StrAppend(&out, "----- ", p.name, " (pid ", p.pid, ", ", p.log.string(), ") -----\n", text,
+                      text.empty() || text.back() == '\n' ? "" : "\n");
+    }
+    return out;
+  }
+
+  // SIGTERM to the coordinator, then the workers; SIGKILL whatever is left after the grace
+  // period. Idempotent.
+  void Stop(std::chrono::milliseconds grace = std::chrono::seconds(5)) {
+    for (Process& p : processes_) {
+      if (p.pid > 0 && !p.reaped) ::kill(p.pid, SIGTERM);
+    }
+    const auto deadline = std::chrono::steady_clock::now() + grace;
+    for (Process& p : processes_) {
+      while (p.pid > 0 && !p.reaped && std::chrono::steady_clock::now() < deadline) {
+        Reap(p, /*block=*/false);
+        if (!p.reaped) std::this_thread::sleep_for(std::chrono::milliseconds(20));
+      }
+      if (p.pid > 0 && !p.reaped) {
+        std::fprintf(stderr, "cluster: %s (pid %d) ignored SIGTERM for %lld ms; killing it\n",
+                     p.name.c_str(), p.pid, static_cast<long long>(grace.count()));
+        ::kill(p.pid, SIGKILL);
+        Reap(p, /*block=*/true);
+      }
+    }
+  }
+
+ private:
+  explicit Cluster(ClusterOptions options) : options_(std::move(options)) {}
+
+  absl::Status Launch() {
+    if (options_.log_dir.empty()) return absl::InvalidArgumentError("ClusterOptions.log_dir is empty");
+    std::filesystem::create_directories(options_.log_dir);
+    int hold_api = -1, hold_cluster = -1;
+    const int port = PickFreePort(&hold_api);
+    const int cluster_port = PickFreePort(&hold_cluster);
+    if (hold_api >= 0) ::close(hold_api);
+    if (hold_cluster >= 0) ::close(hold_cluster);
+    if (port == 0 || cluster_port == 0) return absl::InternalError("cannot find free TCP ports on 127.0.0.1");
+    address_ = absl::StrCat("127.0.0.1:", port);
+
+    std::vector<std::string> coordinator = {
+        (BinaryDir() / "tessera-coordinator").string(), "--model", options_.model_dir.string(),
+        "--port", absl::StrCat(port), "--cluster-port", absl::StrCat(cluster_port),
+        "--tp", absl::StrCat(options_.tp), "--replicas", absl::StrCat(options_.replicas)};
+    if (options_.kv_memory_mb > 0) {
+      coordinator.insert(coordinator.end(), {"--kv-memory-mb", absl::StrCat(options_.kv_memory_mb)});
+    }
+    if (options_.max_num_seqs > 0) {
+      coordinator.insert(coordinator.end(), {"--max-num-seqs", absl::StrCat(options_.max_num_seqs)});
+    }
+    coordinator.insert(coordinator.end(), options_.coordinator_flags.begin(), options_.coordinator_flags.end());
+    if (absl::Status s = Spawn("coordinator", coordinator, {}); !s.ok()) return s;
+    for (int w = 0; w < options_.tp * options_.replicas; ++w) {
+      absl::Status s = Spawn(absl::StrCat("worker", w),
+                             {(BinaryDir() / "tessera-worker").string(), "--coordinator",
+                              absl::StrCat("127.0.0.1:", cluster_port), "--threads",
+                              absl::StrCat(options_.threads), "--rank-hint", absl::StrCat(w % options_.tp)},
+                             options_.worker_env);
+      if (!s.ok()) return s;
+    }
+    channel_ = grpc::CreateChannel(address_, grpc::InsecureChannelCredentials());
+    api_ = v1::Generation::NewStub(channel_);
+    return absl::OkStatus();
+  }
+
+  absl::Status WaitReady() {
+    const auto deadline = std::chrono::steady_clock::now() + options_.ready_timeout;
+    while (std::chrono::steady_clock::now() < deadline) {
+      for (Process& p : processes_) {
+        Reap(p, /*block=*/false);
+        if (p.reaped) return Failed(absl::StrCat(p.name, " exited early (", Describe(p.wait_status), ")"));
+      }
+      if (Health() == grpc::health::v1::HealthCheckResponse::SERVING) {
+        auto info = ModelInfo();
+        if (info.ok() && static_cast<int>(info->ready_replicas()) == options_.replicas) return absl::OkStatus();
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    }
+    return Failed(absl::StrCat("the cluster at ", address_, " (tp ", options_.tp, ", replicas ",
+                               options_.replicas, ") was not SERVING with every replica ready after ",
+                               options_.ready_timeout.count(), " s"));
+  }
+
+  absl::Status Failed(const std::string& what) {
+    const std::string logs = Logs();
+    Stop(std::chrono::seconds(2));
+    return absl::UnavailableError(absl::StrCat(what, "\n", logs));
+  }
+
+  static std::string Describe(int status) {
+    if (WIFEXITED(status)) return absl::StrCat("exit code ", WEXITSTATUS(status));
+    if (WIFSIGNALED(status)) return absl::StrCat("signal ", WTERMSIG(status));
+    return absl::StrCat("status ", status);
+  }
+
+  void Reap(Process& p, bool block) {
+    if (p.pid <= 0 || p.reaped) return;
+    int status = 0;
+    const pid_t r = ::waitpid(p.pid, &status, block ? 0 : WNOHANG);
+    if (r == p.pid || (r < 0 && errno == ECHILD)) {
+      p.reaped = true;
+      p.wait_status = status;
+    }
+  }
+
+  absl::Status Spawn(const std::string& name, const std::vector<std::string>& args,
+                     const std::vector<std::string>& extra_env) {
+    Process p;
+    p.name = name;
+    p.log = options_.log_dir / (name + ".log");
+    const int fd = ::open(p.log.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    if (fd < 0) return absl::InternalError(absl::StrCat("cannot create ", p.log.string()));
+    // Everything the child needs is prepared before fork: only async-signal-safe calls after.
+    std::vector<char*> argv;
+    for (const auto& a : args) argv.push_back(const_cast<char*>(a.c_str()));
+    argv.push_back(nullptr);
+    std::vector<std::string> env_storage;
+    for (char** e = environ; *e != nullptr; ++e) env_storage.emplace_back(*e);
+    env_storage.insert(env_storage.end(), extra_env.begin(), extra_env.end());
+    std::vector<char*> envp;
+    for (auto& e : env_storage) envp.push_back(e.data());
+    envp.push_back(nullptr);
+    const pid_t parent = ::getpid();
+    const pid_t pid = ::fork();
+    if (pid == 0) {
+      ::prctl(PR_SET_PDEATHSIG, SIGKILL);
+      if (::getppid() != parent) ::_exit(126);
+      ::dup2(fd, STDOUT_FILENO);
+      ::dup2(fd, STDERR_FILENO);
+      ::execve(argv[0], argv.data(), envp.data());
+      ::_exit(127);
+    }
+    ::close(fd);
+    if (pid < 0) return absl::InternalError(absl::StrCat("fork failed for ", args[0]));
+    p.pid = pid;
+    processes_.push_back(std::move(p));
+    return absl::OkStatus();
+  }
+
+  ClusterOptions options_;
+  std::vector<Process> processes_;  // [0] is the coordinator.
+  std::string address_;
+  std::shared_ptr<grpc::Channel> channel_;
+  std::unique_ptr<v1::Generation::Stub> api_;
+};
+
+}  // namespace tessera::testing
+
+#endif  // TESSERA_TESTS_SUPPORT_CLUSTER_H_

@@ -24,6 +24,8 @@
 
 namespace tessera {
 
+class EngineMetrics;
+
 struct EngineOptions {
   int block_size = 16;
   int max_num_batched_tokens = 2048;
@@ -33,6 +35,9 @@ struct EngineOptions {
   bool enable_prefix_caching = true;
   double router_load_weight = 1.0;
   std::vector<int32_t> eos_token_ids;
+  // Request metrics, readiness and the request log; not owned; null: none. With metrics
+  // the engine runs a one-token warm-up generation on every replica it adds.
+  EngineMetrics* metrics = nullptr;
 };
 
 // A validated, tokenized request ready for scheduling.
@@ -74,6 +79,7 @@ class Engine {
   void Cancel(uint64_t seq_id);
 
   int num_ready_replicas() const { return num_ready_.load(); }
+  EngineMetrics* metrics() const { return options_.metrics; }
   std::vector<ReplicaSnapshot> Snapshot() const;
   // Probes idle replicas' workers every `interval`; a rank that does not answer fails
   // its replica (the heartbeat).
@@ -98,7 +104,9 @@ class Engine {
     std::chrono::steady_clock::time_point arrival;
     std::chrono::steady_clock::time_point first_scheduled;
     std::chrono::steady_clock::time_point first_token;
+    std::chrono::steady_clock::time_point last_token;
     bool scheduled = false;
+    bool warmup = false;  // The engine's own warm-up request: no metrics, no log.
     int completion_tokens = 0;
     int cached_tokens = 0;
   };
@@ -144,6 +152,7 @@ class Engine {
                    const v1::StepResponse* response);
   void Finish(uint64_t seq_id, sched::FinishReason reason, absl::Status error, std::string text);
   void PublishSnapshot();
+  void StartWarmup(Replica& r);
 
   const Tokenizer* tokenizer_;
   const EngineOptions options_;

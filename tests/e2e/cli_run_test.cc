@@ -35,6 +35,26 @@ TEST(CliRunTest, PlainOutputPrintsPromptAndContinuation) {
   EXPECT_EQ(r.output, expected.generated_text + "\n");
 }
 
+// The shipped llama2.c files, converted by `tessera convert-llama2c`, generate the reference.
+TEST(CliRunTest, ConvertedLlama2cCheckpointGeneratesTheReference) {
+  TESSERA_REQUIRE_STORIES_MODEL();
+  const auto expected = testing::LoadExpected();
+  const auto out = testing::ScratchDir("converted");
+  const auto src = testing::StoriesModelDir();
+  const auto convert = testing::RunCommand(
+      testing::TesseraBinary() + " convert-llama2c --checkpoint " + (src / "stories260K.bin").string() +
+      " --tokenizer " + (src / "tok512.bin").string() + " --out " + out.string() + " 2>&1");
+  ASSERT_EQ(convert.exit_code, 0) << convert.output;
+  const auto r = testing::RunCommand(testing::TesseraBinary() + " run --model " + out.string() +
+                                     " --prompt 'Once upon a time' --max-tokens 60"
+                                     " --temperature 0 --ignore-eos --json --quiet");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  const auto j = nlohmann::json::parse(r.output, nullptr, false);
+  ASSERT_FALSE(j.is_discarded()) << r.output;
+  EXPECT_EQ(j["prompt_ids"].get<std::vector<int32_t>>(), expected.prompt_ids);
+  EXPECT_EQ(j["generated_ids"].get<std::vector<int32_t>>(), expected.generated_ids);
+}
+
 TEST(CliRunTest, MissingModelFolderIsAClearError) {
   const auto r = testing::RunCommand(testing::TesseraBinary() +
                                      " run --model /nonexistent/model --prompt hi 2>&1");

@@ -1,0 +1,187 @@
+#include "coordinator/metrics/engine_metrics.h"
+
+#include <algorithm>
+
+#include "absl/strings/str_cat.h"
+
+namespace tessera {
+namespace {
+
+using prometheus::Histogram;
+
+// Bucket layouts follow vLLM's, so dashboards and SLOs carry over.
+const Histogram::BucketBoundaries& LatencyBuckets() {
+  static const Histogram::BucketBoundaries b = {0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5,
+                                                0.75, 1.0, 2.5, 5.0, 7.5, 10.0, 20.0, 40.0, 80.0};
+  return b;
+}
+const Histogram::BucketBoundaries& TokenLatencyBuckets() {
+  static const Histogram::BucketBoundaries b = {0.001, 0.005, 0.01, 0.015, 0.02, 0.025, 0.03, 0.04, 0.05, 0.075,
+                                                0.1, 0.15, 0.2, 0.3, 0.4, 0.5, 0.75, 1.0, 2.5, 5.0};
+  return b;
+}
+const Histogram::BucketBoundaries& RequestBuckets() {
+  static const Histogram::BucketBoundaries b = {0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0,
+                                                15.0, 20.0, 30.0, 60.0, 120.0, 240.0, 480.0, 960.0};
+  return b;
+}
+const Histogram::BucketBoundaries& CountBuckets() {
+  static const Histogram::BucketBoundaries b = [] {
+    Histogram::BucketBoundaries v;
+    for (double x = 1; x <= 65536; x *= 2) v.push_back(x);
+    return v;
+  }();
+  return b;
+}
+
+prometheus::Family<Histogram>* Hist(prometheus::Registry& r, const char* name, const char* help) {
+  return &prometheus::BuildHistogram().Name(name).Help(help).Register(r);
+}
+prometheus::Family<prometheus::Counter>* Count(prometheus::Registry& r, const char* name, const char* help) {
+  return &prometheus::BuildCounter().Name(name).Help(help).Register(r);
+}
+prometheus::Family<prometheus::Gauge>* Gauge(prometheus::Registry& r, const char* name, const char* help) {
+  return &prometheus::BuildGauge().Name(name).Help(help).Register(r);
+}
+
+}  // namespace
+
+EngineMetrics::EngineMetrics(EngineMetricsConfig config)
+    : config_(std::move(config)), registry_(std::make_shared<prometheus::Registry>()) {
+  auto& r = *registry_;
+  ttft_ = Hist(r, "tessera_time_to_first_token_seconds", "Arrival to first generated token, per request.");
+  itl_ = Hist(r, "tessera_inter_token_latency_seconds", "Time between consecutive tokens of a request.");
+  tpot_ = Hist(r, "tessera_time_per_output_token_seconds",
+               "(e2e - TTFT) / (generated tokens - 1), per request with at least 2 tokens.");
+  e2e_ = Hist(r, "tessera_e2e_request_latency_seconds", "Arrival to finish, per request.");
+  queue_ = Hist(r, "tessera_request_queue_time_seconds", "Arrival to first scheduled step, per request.");
+  prefill_ = Hist(r, "tessera_request_prefill_time_seconds", "First scheduled step to first token, per request.");
+  decode_ = Hist(r, "tessera_request_decode_time_seconds", "First token to finish, per request.");
+  prompt_tokens_ = Hist(r, "tessera_request_prompt_tokens", "Prompt tokens per finished request.");
+  generation_tokens_ = Hist(r, "tessera_request_generation_tokens", "Generated tokens per finished request.");
+  tokens_per_step_ = Hist(r, "tessera_tokens_per_step", "Tokens computed per engine step (prefill + decode).");
+  requests_ = Count(r, "tessera_requests_total", "Finished requests by finish reason.");
+  prompt_tokens_total_ = Count(r, "tessera_prompt_tokens_total", "Prompt tokens of finished requests.");
+  generation_tokens_total_ = Count(r, "tessera_generation_tokens_total", "Generated tokens of finished requests.");
+  preemptions_ = Count(r, "tessera_preemptions_total", "Sequences preempted (blocks freed, recomputed later).");
+  prefix_queries_ = Count(r, "tessera_prefix_cache_queries_tokens_total", "Prompt tokens looked up in the prefix cache.");
+  prefix_hits_ = Count(r, "tessera_prefix_cache_hits_tokens_total", "Prompt tokens served by the prefix cache.");
+  rejected_ = Count(r, "tessera_rejected_requests_total", "Requests refused before scheduling, by reason.");
+  running_ = Gauge(r, "tessera_num_requests_running", "Sequences in the running queue.");
+  waiting_ = Gauge(r, "tessera_num_requests_waiting", "Sequences waiting to be scheduled.");
+  kv_usage_ = Gauge(r, "tessera_kv_cache_usage_ratio", "Share of usable KV-cache blocks in use (0-1).");
+  kv_free_blocks_ = Gauge(r, "tessera_kv_cache_free_blocks", "Free KV-cache blocks.");
+  workers_live_ = &Gauge(r, "tessera_workers_live", "Workers in formed, healthy groups.")->Add({{"model", config_.model}});
+  groups_complete_ = &Gauge(r, "tessera_groups_complete", "Replicas whose group is formed and healthy.")
+                          ->Add({{"model", config_.model}});
+  Gauge(r, "tessera_config_info", "Serving configuration (value 1).")
+      ->Add({{"model", config_.model},
+             {"dtype", config_.dtype},
+             {"block_size", absl::StrCat(config_.block_size)},
+             {"tp", absl::StrCat(config_.tp)},
+             {"replicas", absl::StrCat(config_.replicas)}})
+      .Set(1);
+}
+
+EngineMetrics::PerReplica& EngineMetrics::Replica(int replica) {
+  auto it = replicas_.find(replica);
+  if (it != replicas_.end()) return it->second;
+  const prometheus::Labels l = {{"model", config_.model}, {"replica", absl::StrCat(replica)}};
+  PerReplica p;
+  p.ttft = &ttft_->Add(l, LatencyBuckets());
+  p.itl = &itl_->Add(l, TokenLatencyBuckets());
+  p.tpot = &tpot_->Add(l, TokenLatencyBuckets());
+  p.e2e = &e2e_->Add(l, RequestBuckets());
+  p.queue = &queue_->Add(l, RequestBuckets());
+  p.prefill = &prefill_->Add(l, RequestBuckets());
+  p.decode = &decode_->Add(l, RequestBuckets());
+  p.prompt_tokens = &prompt_tokens_->Add(l, CountBuckets());
+  p.generation_tokens = &generation_tokens_->Add(l, CountBuckets());
+  p.tokens_per_step = &tokens_per_step_->Add(l, CountBuckets());
+  p.prompt_tokens_total = &prompt_tokens_total_->Add(l);
+  p.generation_tokens_total = &generation_tokens_total_->Add(l);
+  p.preemptions = &preemptions_->Add(l);
+  p.prefix_queries = &prefix_queries_->Add(l);
+  p.prefix_hits = &prefix_hits_->Add(l);
+  p.running = &running_->Add(l);
+  p.waiting = &waiting_->Add(l);
+  p.kv_usage = &kv_usage_->Add(l);
+  p.kv_free_blocks = &kv_free_blocks_->Add(l);
+  return replicas_.emplace(replica, p).first->second;
+}
+
+void EngineMetrics::UpdateGroupGauges() {
+  int workers = 0;
+  for (const auto& [replica, size] : live_groups_) workers += size;
+  workers_live_->Set(workers);
+  groups_complete_->Set(static_cast<double>(live_groups_.size()));
+}
+
+void EngineMetrics::ReplicaAdded(int replica, int world_size) {
+  PerReplica& p = Replica(replica);
+  p.seen_preemptions = p.seen_queried = p.seen_hits = 0;
+  live_groups_[replica] = world_size;
+  UpdateGroupGauges();
+  readiness_.ReplicaFormed(replica);
+}
+
+void EngineMetrics::ReplicaFailed(int replica, absl::string_view reason) {
+  PerReplica& p = Replica(replica);
+  p.running->Set(0);
+  p.waiting->Set(0);
+  p.kv_usage->Set(0);
+  p.kv_free_blocks->Set(0);
+  live_groups_.erase(replica);
+  UpdateGroupGauges();
+  readiness_.ReplicaFailed(replica, std::string(reason));
+}
+
+void EngineMetrics::StepSucceeded(int replica, int num_scheduled_tokens) {
+  if (num_scheduled_tokens > 0) Replica(replica).tokens_per_step->Observe(num_scheduled_tokens);
+  readiness_.StepSucceeded(replica);
+}
+
+void EngineMetrics::TokenEmitted(int replica, double seconds_since_previous_token) {
+  Replica(replica).itl->Observe(seconds_since_previous_token);
+}
+
+void EngineMetrics::RequestFinished(const FinishedRequestRecord& r) {
+  requests_->Add({{"model", config_.model}, {"replica", absl::StrCat(r.replica)}, {"finish_reason", r.finish_reason}})
+      .Increment();
+  if (r.replica < 0) return;
+  PerReplica& p = Replica(r.replica);
+  p.prompt_tokens_total->Increment(r.prompt_tokens);
+  p.generation_tokens_total->Increment(r.generation_tokens);
+  p.prompt_tokens->Observe(r.prompt_tokens);
+  p.generation_tokens->Observe(r.generation_tokens);
+  p.e2e->Observe(r.e2e_seconds);
+  p.queue->Observe(r.queue_seconds);
+  if (r.ttft_seconds.has_value()) p.ttft->Observe(*r.ttft_seconds);
+  if (r.prefill_seconds.has_value()) p.prefill->Observe(*r.prefill_seconds);
+  if (r.decode_seconds.has_value()) p.decode->Observe(*r.decode_seconds);
+  if (r.ttft_seconds.has_value() && r.generation_tokens > 1) {
+    p.tpot->Observe(std::max(0.0, r.e2e_seconds - *r.ttft_seconds) / (r.generation_tokens - 1));
+  }
+}
+
+void EngineMetrics::UpdateScheduler(int replica, const sched::SchedulerStats& s) {
+  PerReplica& p = Replica(replica);
+  p.running->Set(s.num_running);
+  p.waiting->Set(s.num_waiting);
+  p.kv_usage->Set(s.kv_cache_usage);
+  p.kv_free_blocks->Set(s.num_free_blocks);
+  // Counters only grow: add what the scheduler counted since the last look.
+  auto advance = [](prometheus::Counter* c, int64_t now, int64_t& seen) {
+    if (now > seen) c->Increment(static_cast<double>(now - seen));
+    seen = std::max(seen, now);
+  };
+  advance(p.preemptions, s.num_preemptions, p.seen_preemptions);
+  advance(p.prefix_queries, s.prefix_cache_queried_tokens, p.seen_queried);
+  advance(p.prefix_hits, s.prefix_cache_hit_tokens, p.seen_hits);
+}
+
+void EngineMetrics::RequestRejected(absl::string_view reason) {
+  rejected_->Add({{"model", config_.model}, {"reason", std::string(reason)}}).Increment();
+}
+
+}  // namespace tessera

@@ -8,11 +8,15 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/flag_set.h"
+#include "common/logging.h"
+#include "common/metrics/http_server.h"
+#include "common/metrics/process_collector.h"
 #include "common/model_config.h"
 #include "common/tokenizer.h"
 #include "coordinator/api/generation_service.h"
 #include "coordinator/cluster/cluster_manager.h"
 #include "coordinator/engine/engine.h"
+#include "coordinator/metrics/engine_metrics.h"
 #include "grpcpp/ext/proto_server_reflection_plugin.h"
 #include "grpcpp/grpcpp.h"
 #include "grpcpp/health_check_service_interface.h"
@@ -20,7 +24,11 @@
 namespace {
 
 std::atomic<bool> g_stop{false};
-void OnSignal(int) { g_stop = true; }
+std::atomic<int> g_signals{0};  // A second SIGTERM/SIGINT cuts the drain short.
+void OnSignal(int) {
+  g_stop = true;
+  g_signals.fetch_add(1);
+}
 
 int Fail(const std::string& message) {
   std::fprintf(stderr, "tessera-coordinator: %s\n", message.c_str());
@@ -36,6 +44,8 @@ int main(int argc, char** argv) {
   int64_t kv_memory_mb = 0, heartbeat_ms = 1000, collective_timeout_ms = 10000;
   double kv_memory_fraction = 0.5, load_weight = 1.0;
   bool no_prefix_caching = false;
+  int64_t metrics_port = 9400;
+  std::string metrics_host, log_format = "text", log_level = "info";
   tessera::FlagSet flags("tessera-coordinator",
                          "Serves tessera.v1.Generation over gRPC and drives tensor-parallel worker\n"
                          "groups: workers register on the cluster port and are formed into\n"
@@ -54,19 +64,28 @@ int main(int argc, char** argv) {
   flags.Float("kv-memory-fraction", &kv_memory_fraction, "Share of a worker's free memory after loading given to the KV cache.");
   flags.Int("kv-memory-mb", &kv_memory_mb, "Fixed KV-cache budget per worker in MiB (overrides the fraction).");
   flags.String("policy", &policy, "Scheduling policy: fcfs or priority.");
-  flags.String("communicator", &communicator, "Collectives between ranks: auto (shm when a group shares a host, else gloo), gloo or shm.");
+  flags.String("communicator", &communicator, "Collectives between ranks: auto (nccl for CUDA workers, else shm when a group shares a host, else gloo), gloo, shm or nccl.");
   flags.Bool("no-prefix-caching", &no_prefix_caching, "Disable prefix caching.");
   flags.Float("router-load-weight", &load_weight, "Router: blocks of load worth one block of prefill.");
   flags.Int("heartbeat-ms", &heartbeat_ms, "Interval of worker health probes.");
   flags.Int("collective-timeout-ms", &collective_timeout_ms, "Timeout of every collective on the workers.");
+  int64_t drain_timeout_seconds = 30;
+  flags.Int("drain-timeout-seconds", &drain_timeout_seconds,
+            "On SIGTERM: refuse new requests and let running ones finish for at most this long, then exit.");
+  flags.Int("metrics-port", &metrics_port, "HTTP port of /metrics, /healthz and /readyz (0: disabled).");
+  flags.String("metrics-host", &metrics_host, "Address the metrics port binds to (empty: same as --host).");
+  flags.String("log-format", &log_format, "Log lines on stderr: text or json.");
+  flags.String("log-level", &log_level, "Least severe level logged: debug, info, warning or error.");
   if (auto s = flags.Parse(argc, argv); !s.ok()) return Fail(std::string(s.message()));
   if (flags.help_requested()) {
     std::fputs(flags.Usage().c_str(), stdout);
     return 0;
   }
+  if (auto s = tessera::ConfigureLogging(log_format, log_level); !s.ok()) return Fail(std::string(s.message()));
   if (model.empty()) return Fail("--model is required");
-  if (communicator != "auto" && communicator != "gloo" && communicator != "shm") {
-    return Fail(absl::StrCat("--communicator must be auto, gloo or shm, got ", communicator));
+  if (communicator != "auto" && communicator != "gloo" && communicator != "shm" &&
+      communicator != "nccl") {
+    return Fail(absl::StrCat("--communicator must be auto, gloo, shm or nccl, got ", communicator));
   }
   if (tp < 1 || replicas < 1) return Fail(absl::StrCat("--tp and --replicas must be positive, got ", tp, " and ", replicas));
   if (policy != "fcfs" && policy != "priority") return Fail(absl::StrCat("--policy must be fcfs or priority, got ", policy));
@@ -88,6 +107,10 @@ int main(int argc, char** argv) {
   eo.enable_prefix_caching = !no_prefix_caching;
   eo.router_load_weight = load_weight;
   eo.eos_token_ids = config->eos_token_ids;
+  tessera::EngineMetrics metrics({std::filesystem::path(model).filename().string(),
+                                  tessera::DTypeName(config->torch_dtype), static_cast<int>(block_size),
+                                  static_cast<int>(tp), static_cast<int>(replicas)});
+  eo.metrics = &metrics;
   tessera::Engine engine(tokenizer->get(), eo);
   engine.set_heartbeat_interval(std::chrono::milliseconds(heartbeat_ms));
 
@@ -135,13 +158,38 @@ int main(int argc, char** argv) {
                host.c_str(), bound_port, cluster_host.c_str(), bound_cluster_port,
                static_cast<long long>(tp), static_cast<long long>(replicas));
 
+  auto process = std::make_shared<tessera::ProcessCollector>();
+  std::unique_ptr<tessera::MetricsHttpServer> metrics_server;
+  if (metrics_port > 0) {
+    tessera::MetricsHttpOptions mo;
+    mo.host = metrics_host.empty() ? host : metrics_host;
+    mo.port = static_cast<int>(metrics_port);
+    mo.collectables = {metrics.registry(), process};
+    mo.checks["/healthz"] = [&metrics] { return metrics.readiness().Live(); };
+    mo.checks["/readyz"] = [&metrics, &engine]() -> tessera::HealthResult {
+      if (engine.draining()) return tessera::HealthResult{false, "draining: shutting down"};
+      return metrics.readiness().Ready();
+    };
+    auto server = tessera::MetricsHttpServer::Start(std::move(mo));
+    if (server.ok()) {
+      metrics_server = std::move(*server);
+      std::fprintf(stderr, "tessera-coordinator: metrics on http://%s:%d/metrics (/healthz, /readyz)\n",
+                   (metrics_host.empty() ? host : metrics_host).c_str(), metrics_server->port());
+    } else {
+      // Serving matters more than its metrics: say so loudly and go on without them.
+      tessera::Log(tessera::LogLevel::kError, "tessera-coordinator",
+                   "metrics endpoint disabled", {{"error", std::string(server.status().message())}});
+    }
+  }
+
   std::signal(SIGTERM, OnSignal);
   std::signal(SIGINT, OnSignal);
   auto* health = public_server->GetHealthCheckService();
   bool serving = false;
   health->SetServingStatus(false);
   while (!g_stop) {
-    const bool now = engine.num_ready_replicas() > 0;
+    // gRPC health follows the same readiness as /readyz.
+    const bool now = metrics.readiness().Ready().ok;
     if (now != serving) {
       health->SetServingStatus(now);
       health->SetServingStatus("tessera.v1.Generation", now);
@@ -149,9 +197,25 @@ int main(int argc, char** argv) {
     }
     std::this_thread::sleep_for(std::chrono::milliseconds(50));
   }
+  // Drain: readiness goes off first (load balancers stop routing here), new requests get
+  // UNAVAILABLE, and admitted ones run to the end within --drain-timeout-seconds.
   health->SetServingStatus(false);
+  engine.BeginDrain();
+  const auto drain_deadline = std::chrono::steady_clock::now() + std::chrono::seconds(drain_timeout_seconds);
+  while (engine.num_active_requests() > 0 && g_signals.load() < 2 &&
+         std::chrono::steady_clock::now() < drain_deadline) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  if (const int left = engine.num_active_requests(); left > 0) {
+    std::fprintf(stderr, "tessera-coordinator: drain ended with %d requests still running; they fail as UNAVAILABLE\n",
+                 left);
+  } else {
+    std::fprintf(stderr, "tessera-coordinator: drained; exiting\n");
+  }
+  // The grace lets handlers write the final message of requests that just finished.
   public_server->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(5));
   cluster_server->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(1));
   engine.Stop();
+  metrics_server.reset();
   return 0;
 }

@@ -9,6 +9,7 @@ PACKAGES=(
   libabsl-dev prometheus-cpp-dev nlohmann-json3-dev libgloo-dev
   libgtest-dev libgmock-dev libbenchmark-dev
   prometheus yamllint python3-grpcio python3-protobuf
+  python3-pip
 )
 
 missing=()
@@ -25,3 +26,33 @@ if [ ${#missing[@]} -gt 0 ]; then
     "${missing[@]}" >/dev/null
 fi
 echo "setup: Debian packages present"
+
+# Python tools of the deployment checks (requirements-dev.txt, from PyPI), into the python3
+# first on PATH, which is the one the tests run. Skipped when the pinned versions are there.
+REQUIREMENTS="$(dirname "$0")/../requirements-dev.txt"
+if ! python3 - "$REQUIREMENTS" <<'PY'
+import sys
+from importlib import metadata
+for line in open(sys.argv[1]):
+    line = line.split("#")[0].strip()
+    if not line:
+        continue
+    name, _, version = line.partition("==")
+    try:
+        if metadata.version(name) != version:
+            sys.exit(1)
+    except metadata.PackageNotFoundError:
+        sys.exit(1)
+PY
+then
+  echo "setup: installing requirements-dev.txt into $(command -v python3)"
+  PIP_FLAGS=(-q)
+  # Debian's own python3 is "externally managed" (PEP 668): pip refuses without this flag.
+  if python3 -c 'import os, sys, sysconfig; sys.exit(not os.path.exists(os.path.join(sysconfig.get_path("stdlib"), "EXTERNALLY-MANAGED")))'; then
+    PIP_FLAGS+=(--break-system-packages)
+  fi
+  SUDO=""
+  [ "$(id -u)" -ne 0 ] && [ -n "${PIP_FLAGS[1]:-}" ] && SUDO="sudo"
+  $SUDO python3 -m pip install "${PIP_FLAGS[@]}" -r "$REQUIREMENTS"
+fi
+echo "setup: Python packages present"

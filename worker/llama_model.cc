@@ -5,6 +5,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/status_macros.h"
+#include "worker/backend_factory.h"
 
 namespace tessera {
 namespace {
@@ -16,6 +17,15 @@ absl::Status Reserve(kernels::Backend* backend, DeviceBuffer* buffer, size_t byt
   buffer->Reset();
   ASSIGN_OR_RETURN(*buffer, DeviceBuffer::Allocate(backend, bytes, what));
   return absl::OkStatus();
+}
+
+// CUDA ops and copies return void and keep their first failure: surface it as the error
+// of the load or step that ran into it.
+absl::Status CheckBackend(const kernels::Backend& backend, absl::string_view what) {
+  absl::Status s = BackendError(backend);
+  if (s.ok()) return s;
+  return absl::Status(s.code(), absl::StrCat(what, " on the ", std::string(backend.name()),
+                                             " backend failed: ", s.message()));
 }
 
 template <typename T>
@@ -81,6 +91,7 @@ absl::StatusOr<std::unique_ptr<LlamaModel>> LlamaModel::Load(const std::filesyst
   ASSIGN_OR_RETURN(std::unique_ptr<Checkpoint> checkpoint, Checkpoint::Open(model_dir));
   ASSIGN_OR_RETURN(model->weights_, LoadModelWeights(*checkpoint, model->config_, model->layout_,
                                                      backend, progress));
+  RETURN_IF_ERROR(CheckBackend(*backend, "uploading the weights"));
   model->backend_ = backend;
   model->comm_ = comm;
   return model;
@@ -204,7 +215,8 @@ absl::Status LlamaModel::Forward(const StepBatch& batch, KvCache* cache,
   }
   if (num_logits == 0) {
     logits->clear();
-    return absl::OkStatus();
+    be.Synchronize();  // A kernel that failed asynchronously fails this step, not a later one.
+    return CheckBackend(be, "forward pass");
   }
   be.AddRmsNorm(hidden, proj, weights_.final_norm.as<float>(), n, h, eps, normed);
   float* selected = w.selected.as<float>();
@@ -212,7 +224,8 @@ absl::Status LlamaModel::Forward(const StepBatch& batch, KvCache* cache,
     be.CopyOnDevice(selected + static_cast<size_t>(i) * h,
                     normed + static_cast<size_t>(batch.logits_rows[i]) * h, h * sizeof(float));
   }
-  return GatherLogits(num_logits, logits);
+  RETURN_IF_ERROR(GatherLogits(num_logits, logits));
+  return CheckBackend(be, "forward pass");
 }
 
 absl::Status LlamaModel::GatherLogits(int rows, std::vector<float>* logits) {

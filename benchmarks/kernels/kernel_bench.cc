@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "benchmark/benchmark.h"
+#include "benchmarks/roofline/memory_bandwidth.h"
 #include "common/dtype.h"
 #include "kernels/backend.h"
 #include "kernels/cpu/attention.h"
@@ -165,24 +166,17 @@ void BM_RmsNorm(benchmark::State& state) {
 BENCHMARK(BM_RmsNorm)->ArgNames({"n", "dim"})->Args({1, 4096})->Args({64, 4096})->UseRealTime();
 
 // Memory read bandwidth: every thread sums its share of a 1 GiB buffer (integer adds, which
-// the compiler vectorises without reassociation concerns). The roofline's memory ceiling.
+// the compiler vectorises without reassociation concerns). The roofline's memory ceiling;
+// the same read as tessera-roofline's (benchmarks/roofline/memory_bandwidth.h).
 void BM_MemoryReadBandwidth(benchmark::State& state) {
   const size_t bytes = static_cast<size_t>(state.range(0)) << 20;
   const size_t words = bytes / sizeof(uint64_t);
   std::unique_ptr<uint64_t[]> buffer(new uint64_t[words]);
   ThreadPool& pool = Pool();
   // First touch from the pool spreads pages the way the reads will use them.
-  pool.ParallelFor(static_cast<int64_t>(words), 1 << 16, [&](int64_t b, int64_t e) {
-    for (int64_t i = b; i < e; ++i) buffer[i] = static_cast<uint64_t>(i);
-  });
+  bench::ParallelFill(buffer.get(), words, pool);
   for (auto _ : state) {
-    std::atomic<uint64_t> total{0};
-    pool.ParallelFor(static_cast<int64_t>(words), 1 << 16, [&](int64_t b, int64_t e) {
-      uint64_t s = 0;
-      for (int64_t i = b; i < e; ++i) s += buffer[i];
-      total.fetch_add(s, std::memory_order_relaxed);
-    });
-    benchmark::DoNotOptimize(total.load());
+    benchmark::DoNotOptimize(bench::ParallelRead(buffer.get(), words, pool));
   }
   SetRates(state, static_cast<double>(bytes), 0);
 }

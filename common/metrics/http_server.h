@@ -2,15 +2,15 @@
 #define TESSERA_COMMON_METRICS_HTTP_SERVER_H_
 
 #include <functional>
+#include <atomic>
 #include <map>
 #include <memory>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "absl/status/statusor.h"
 #include "prometheus/collectable.h"
-
-class CivetServer;
 
 namespace tessera {
 
@@ -25,13 +25,16 @@ struct MetricsHttpOptions {
   int port = 0;  // 0: any free port (see port()).
   // Scraped in order on GET /metrics (Prometheus text format 0.0.4).
   std::vector<std::weak_ptr<prometheus::Collectable>> collectables;
-  // Extra plain-text endpoints, e.g. "/healthz", "/readyz". Called on the server's threads.
+  // Extra plain-text endpoints, e.g. "/healthz", "/readyz". Called on the server thread.
   std::map<std::string, std::function<HealthResult()>> checks;
 };
 
-// A small HTTP server for /metrics plus health endpoints on one port. prometheus-cpp's
-// Exposer only serves collectables (always 200), so readiness, which must answer 503,
-// needs its own handler; both live on one civetweb server here.
+// A small HTTP/1.x server for /metrics plus health endpoints on one port, one request per
+// connection, served in order by one thread (scrapes and probes are short).
+// Why not prometheus-cpp's Exposer: it only serves collectables (always 200), and readiness
+// must answer 503. Why not civetweb directly: Debian builds it with a fixed small thread
+// stack, too small for the static TLS of the CUDA libraries the worker links (pthread_create
+// fails with EINVAL).
 class MetricsHttpServer {
  public:
   static absl::StatusOr<std::unique_ptr<MetricsHttpServer>> Start(MetricsHttpOptions options);
@@ -40,13 +43,16 @@ class MetricsHttpServer {
   int port() const { return port_; }
 
  private:
-  class Handler;
   MetricsHttpServer() = default;
+  void Loop();
+  void Serve(int fd);
+  std::string Metrics() const;
 
   MetricsHttpOptions options_;
-  std::vector<std::unique_ptr<Handler>> handlers_;
-  std::unique_ptr<CivetServer> server_;
+  int listen_fd_ = -1;
   int port_ = 0;
+  std::atomic<bool> stop_{false};
+  std::thread thread_;
 };
 
 }  // namespace tessera

@@ -2,6 +2,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/grpc_status.h"
+#include "coordinator/metrics/engine_metrics.h"
 
 namespace tessera {
 namespace {
@@ -54,7 +55,10 @@ absl::StatusOr<uint64_t> GenerationServiceImpl::Start(const v1::GenerateRequest&
                                                       std::vector<int32_t>* prompt,
                                                       std::shared_ptr<RequestStream>* stream) {
   auto valid = ValidateGenerateRequest(request, *tokenizer_, limits_);
-  if (!valid.ok()) return valid.status();
+  if (!valid.ok()) {
+    if (EngineMetrics* m = engine_->metrics(); m != nullptr) m->RequestRejected("invalid_argument");
+    return valid.status();
+  }
   *request_id = valid->request_id.empty() ? absl::StrCat("req-", next_request_number_.fetch_add(1))
                                           : valid->request_id;
   *prompt = valid->prompt;
@@ -66,7 +70,11 @@ absl::StatusOr<uint64_t> GenerationServiceImpl::Start(const v1::GenerateRequest&
   er.sampling = valid->sampling;
   er.stop_strings = std::move(valid->stop_strings);
   er.stream = *stream;
-  return engine_->Submit(std::move(er));
+  auto seq = engine_->Submit(std::move(er));
+  if (!seq.ok()) {
+    if (EngineMetrics* m = engine_->metrics(); m != nullptr) m->RequestRejected("unavailable");
+  }
+  return seq;
 }
 
 grpc::Status GenerationServiceImpl::Generate(grpc::ServerContext* context,

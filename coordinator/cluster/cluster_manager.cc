@@ -86,10 +86,14 @@ void ClusterManager::FormLoop() {
       generation = ++generation_;
     }
     std::vector<std::string> addresses;
-    for (const auto& m : members) addresses.push_back(m.address());
+    std::vector<std::string> device_kinds;
+    for (const auto& m : members) {
+      addresses.push_back(m.address());
+      device_kinds.push_back(m.device().kind());
+    }
     std::fprintf(stderr, "tessera-coordinator: forming replica %d from %zu workers\n", replica,
                  addresses.size());
-    auto group = std::make_unique<WorkerGroup>(replica, addresses, options_.group);
+    auto group = std::make_unique<WorkerGroup>(replica, addresses, options_.group, device_kinds);
     int last_percent = -1;
     auto capacity = group->Form(generation, [&](int rank, int done, int total) {
       if (rank != 0 || total == 0) return;

@@ -34,8 +34,12 @@ absl::Status ForEachRank(int world, const std::vector<std::string>& addresses,
 
 }  // namespace
 
-WorkerGroup::WorkerGroup(int replica, std::vector<std::string> addresses, GroupOptions options)
-    : replica_(replica), addresses_(std::move(addresses)), options_(std::move(options)) {
+WorkerGroup::WorkerGroup(int replica, std::vector<std::string> addresses, GroupOptions options,
+                         std::vector<std::string> device_kinds)
+    : replica_(replica),
+      addresses_(std::move(addresses)),
+      options_(std::move(options)),
+      device_kinds_(std::move(device_kinds)) {
   grpc::ChannelArguments args;
   args.SetMaxReceiveMessageSize(256 << 20);
   args.SetMaxSendMessageSize(256 << 20);
@@ -52,8 +56,19 @@ absl::StatusOr<GroupCapacity> WorkerGroup::Form(uint64_t generation,
                                                 const std::function<void(int, int, int)>& progress) {
   const int world = world_size();
   std::string communicator = options_.communicator;
+  // Gloo and shm move host memory, NCCL device memory: one group computes on one kind.
+  const int cuda_ranks = static_cast<int>(
+      std::count(device_kinds_.begin(), device_kinds_.end(), std::string("cuda")));
+  if (cuda_ranks > 0 && cuda_ranks != world) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "replica ", replica_, ": ", cuda_ranks, " of its ", world,
+        " workers registered a CUDA device and the others did not; start every rank of a "
+        "group with the same --device"));
+  }
   if (world == 1) {
     communicator = "single";
+  } else if (communicator == "auto" && cuda_ranks == world) {
+    communicator = "nccl";  // Rank 0 relays its unique id through the rendezvous store.
   } else if (communicator == "auto") {
     // Shared memory beats TCP by two orders of magnitude for small all-reduces.
     const std::string host = addresses_[0].substr(0, addresses_[0].rfind(':'));

@@ -28,7 +28,8 @@ struct GroupOptions {
   uint64_t kv_memory_bytes = 0;  // Per rank; 0: use the fraction.
   int max_blocks = 0;            // Cap (what max_num_seqs full contexts need); 0: none.
   std::string rendezvous_address;  // The coordinator's Gloo store, "host:port".
-  // "gloo", "shm" (ranks on one host), or "auto": shm when every rank shares a host.
+  // "gloo", "shm" (ranks on one host), "nccl" (CUDA workers), or "auto": nccl when every
+  // rank registered a CUDA device, else shm when every rank shares a host, else gloo.
   std::string communicator = "auto";
   std::chrono::milliseconds collective_timeout{10000};
   std::chrono::milliseconds step_timeout{120000};
@@ -39,7 +40,9 @@ struct GroupOptions {
 // call reaches every rank at once; the first failure fails the call and cancels the rest.
 class WorkerGroup {
  public:
-  WorkerGroup(int replica, std::vector<std::string> addresses, GroupOptions options);
+  // `device_kinds` are the ranks' registered DeviceInfo.kind ("cpu", "cuda"); empty: unknown.
+  WorkerGroup(int replica, std::vector<std::string> addresses, GroupOptions options,
+              std::vector<std::string> device_kinds = {});
 
   // Configures the ranks as one group, loads the shards and allocates the KV cache.
   // `progress(rank, done, total)` reports loading.
@@ -60,6 +63,7 @@ class WorkerGroup {
   const int replica_;
   const std::vector<std::string> addresses_;
   const GroupOptions options_;
+  const std::vector<std::string> device_kinds_;
   std::vector<std::shared_ptr<grpc::Channel>> channels_;
   std::vector<std::unique_ptr<v1::Worker::Stub>> stubs_;
 };

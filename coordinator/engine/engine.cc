@@ -5,6 +5,8 @@
 
 #include "absl/strings/str_cat.h"
 #include "coordinator/engine/step_request.h"
+#include "coordinator/metrics/engine_metrics.h"
+#include "coordinator/metrics/request_log.h"
 #include "coordinator/scheduler/router.h"
 
 namespace tessera {
@@ -49,7 +51,16 @@ void Engine::FailReplica(int replica, absl::Status reason) {
 }
 
 absl::StatusOr<uint64_t> Engine::Submit(EngineRequest request) {
+  // Counted before the draining check: a drain that sets draining_ and then reads zero
+  // cannot miss a request admitted at the same moment.
+  active_requests_.fetch_add(1);
+  if (draining_.load()) {
+    active_requests_.fetch_sub(1);
+    return absl::UnavailableError(
+        "the coordinator is draining (shutting down) and admits no new requests; retry on another coordinator");
+  }
   if (num_ready_.load() == 0) {
+    active_requests_.fetch_sub(1);
     return absl::UnavailableError("no model replica is ready: no complete worker group");
   }
   const uint64_t id = next_seq_id_.fetch_add(1);
@@ -58,6 +69,13 @@ absl::StatusOr<uint64_t> Engine::Submit(EngineRequest request) {
 }
 
 void Engine::Cancel(uint64_t seq_id) { Post(CancelRequest{seq_id}); }
+
+void Engine::BeginDrain() {
+  if (!draining_.exchange(true)) {
+    std::fprintf(stderr, "tessera-coordinator: draining: %d admitted requests still running\n",
+                 active_requests_.load());
+  }
+}
 
 std::vector<ReplicaSnapshot> Engine::Snapshot() const {
   absl::MutexLock lock(&snapshot_mu_);
@@ -99,6 +117,7 @@ void Engine::Loop() {
     live.request.stream->Push(std::move(e));
   }
   live_.clear();
+  active_requests_.store(0);
 }
 
 void Engine::Handle(NewRequest& m) {
@@ -114,11 +133,13 @@ void Engine::Handle(NewRequest& m) {
   live.request = std::move(m.request);
   live.arrival = m.arrival;
   if (schedulers.empty()) {
+    if (options_.metrics != nullptr) options_.metrics->RequestRejected("unavailable");
     RequestEvent e;
     e.finished = true;
     e.finish_reason = sched::FinishReason::kError;
     e.error = absl::UnavailableError("no model replica is ready: no complete worker group");
     live.request.stream->Push(std::move(e));
+    active_requests_.fetch_sub(1);
     return;
   }
   sched::Router router(schedulers, {options_.router_load_weight});
@@ -130,16 +151,19 @@ void Engine::Handle(NewRequest& m) {
   req.options = live.request.options;
   req.options.sampling_handle = m.seq_id;
   if (absl::Status s = replica.scheduler->AddRequest(std::move(req)); !s.ok()) {
+    if (options_.metrics != nullptr) options_.metrics->RequestRejected("unschedulable");
     RequestEvent e;
     e.finished = true;
     e.finish_reason = sched::FinishReason::kError;
     e.error = s;
     live.request.stream->Push(std::move(e));
+    active_requests_.fetch_sub(1);
     return;
   }
   live.replica = replica.index;
   live.output = std::make_unique<OutputProcessor>(tokenizer_, live.request.prompt,
                                                   live.request.stop_strings);
+  live.admitted = true;
   live_.emplace(m.seq_id, std::move(live));
 }
 
@@ -180,6 +204,40 @@ void Engine::Handle(ReplicaAdded& m) {
   num_ready_.fetch_add(1);
   std::fprintf(stderr, "tessera-coordinator: replica %d ready (tp=%d, %d KV blocks)\n", index,
                replicas_[index]->group->world_size(), m.num_blocks);
+  if (options_.metrics != nullptr) {
+    options_.metrics->ReplicaAdded(index, replicas_[index]->group->world_size());
+    StartWarmup(*replicas_[index]);
+  }
+}
+
+// A one-token generation through the scheduler and every rank, so readiness means "this
+// group completed a real forward pass", not merely "its ranks answer RPCs".
+void Engine::StartWarmup(Replica& r) {
+  const uint64_t id = next_seq_id_.fetch_add(1);
+  const int32_t bos = tokenizer_->bos_id();
+  Live live;
+  live.warmup = true;
+  live.replica = r.index;
+  live.arrival = Clock::now();
+  live.request.request_id = absl::StrCat("warmup-replica-", r.index);
+  live.request.prompt = {bos >= 0 ? bos : 0};
+  live.request.options.max_new_tokens = 1;
+  live.request.options.ignore_eos = true;
+  live.request.sampling.temperature = 0.0f;
+  live.request.stream = std::make_shared<RequestStream>();
+  sched::Request req;
+  req.seq_id = id;
+  req.prompt_token_ids = live.request.prompt;
+  req.options = live.request.options;
+  req.options.sampling_handle = id;
+  if (absl::Status s = r.scheduler->AddRequest(std::move(req)); !s.ok()) {
+    std::fprintf(stderr, "tessera-coordinator: replica %d: warm-up request refused: %s\n", r.index,
+                 std::string(s.message()).c_str());
+    return;
+  }
+  live.output = std::make_unique<OutputProcessor>(tokenizer_, live.request.prompt,
+                                                  live.request.stop_strings);
+  live_.emplace(id, std::move(live));
 }
 
 void Engine::Handle(ReplicaFailed& m) {
@@ -194,6 +252,7 @@ void Engine::FailReplicaNow(Replica& r, const absl::Status& reason) {
   num_ready_.fetch_sub(1);
   std::fprintf(stderr, "tessera-coordinator: replica %d failed: %s\n", r.index,
                std::string(reason.message()).c_str());
+  if (options_.metrics != nullptr) options_.metrics->ReplicaFailed(r.index, reason.message());
   std::vector<uint64_t> ids;
   for (const auto& [id, live] : live_) {
     if (live.replica == r.index) ids.push_back(id);
@@ -265,6 +324,7 @@ void Engine::Handle(StepDone& m) {
     FailReplicaNow(r, events.status());
     return;
   }
+  if (options_.metrics != nullptr) options_.metrics->StepSucceeded(r.index, r.plan.total_num_scheduled_tokens);
   ApplyEvents(r, *events, &*m.result);
 }
 
@@ -280,7 +340,13 @@ void Engine::ApplyEvents(Replica& r, const std::vector<sched::SeqEvent>& events,
     RequestEvent out;
     if (ev.new_token_id.has_value()) {
       const int32_t token = *ev.new_token_id;
-      if (live.completion_tokens == 0) live.first_token = Clock::now();
+      const auto now = Clock::now();
+      if (live.completion_tokens == 0) {
+        live.first_token = now;
+      } else if (options_.metrics != nullptr && !live.warmup) {
+        options_.metrics->TokenEmitted(live.replica, Seconds(now - live.last_token));
+      }
+      live.last_token = now;
       ++live.completion_tokens;
       out.token_ids.push_back(token);
       out.text = live.output->Append(token);
@@ -333,7 +399,26 @@ void Engine::Finish(uint64_t seq_id, sched::FinishReason reason, absl::Status er
   e.queue_seconds = live.scheduled ? Seconds(live.first_scheduled - live.arrival) : Seconds(now - live.arrival);
   e.ttft_seconds = live.completion_tokens > 0 ? Seconds(live.first_token - live.arrival) : 0;
   e.total_seconds = Seconds(now - live.arrival);
+  if (options_.metrics != nullptr && !live.warmup) {
+    FinishedRequestRecord rec;
+    rec.request_id = live.request.request_id;
+    rec.replica = live.replica;
+    rec.finish_reason = std::string(sched::FinishReasonName(reason));
+    rec.prompt_tokens = e.prompt_tokens;
+    rec.generation_tokens = e.completion_tokens;
+    rec.cached_prompt_tokens = e.cached_prompt_tokens;
+    rec.queue_seconds = e.queue_seconds;
+    rec.e2e_seconds = e.total_seconds;
+    if (live.completion_tokens > 0) {
+      rec.ttft_seconds = e.ttft_seconds;
+      if (live.scheduled) rec.prefill_seconds = Seconds(live.first_token - live.first_scheduled);
+      rec.decode_seconds = Seconds(now - live.first_token);
+    }
+    options_.metrics->RequestFinished(rec);
+    LogFinishedRequest(rec);
+  }
   live.request.stream->Push(std::move(e));
+  if (live.admitted) active_requests_.fetch_sub(1);
   live_.erase(it);
 }
 
@@ -344,7 +429,9 @@ void Engine::PublishSnapshot() {
     const sched::SchedulerStats s = r->scheduler->stats();
     snap.push_back({r->index, r->ready, s.num_usable_blocks, s.num_free_blocks, s.num_running,
                     s.num_waiting});
+    if (options_.metrics != nullptr && r->ready) options_.metrics->UpdateScheduler(r->index, s);
   }
+  if (options_.metrics != nullptr) options_.metrics->LoopTick();
   absl::MutexLock lock(&snapshot_mu_);
   snapshot_ = std::move(snap);
 }

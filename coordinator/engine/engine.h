@@ -79,6 +79,12 @@ class Engine {
   void Cancel(uint64_t seq_id);
 
   int num_ready_replicas() const { return num_ready_.load(); }
+  // Graceful shutdown: from now on Submit answers UNAVAILABLE ("draining"); requests
+  // already admitted run to the end. Irreversible.
+  void BeginDrain();
+  bool draining() const { return draining_.load(); }
+  // Requests admitted by Submit and not yet finished (queued, running or in the inbox).
+  int num_active_requests() const { return active_requests_.load(); }
   EngineMetrics* metrics() const { return options_.metrics; }
   std::vector<ReplicaSnapshot> Snapshot() const;
   // Probes idle replicas' workers every `interval`; a rank that does not answer fails
@@ -106,6 +112,7 @@ class Engine {
     std::chrono::steady_clock::time_point first_token;
     std::chrono::steady_clock::time_point last_token;
     bool scheduled = false;
+    bool admitted = false;  // Came through Submit, so counted in active_requests_.
     bool warmup = false;  // The engine's own warm-up request: no metrics, no log.
     int completion_tokens = 0;
     int cached_tokens = 0;
@@ -158,6 +165,8 @@ class Engine {
   const EngineOptions options_;
   std::atomic<uint64_t> next_seq_id_{1};
   std::atomic<int> num_ready_{0};
+  std::atomic<bool> draining_{false};
+  std::atomic<int> active_requests_{0};
 
   absl::Mutex inbox_mu_;
   std::deque<Message> inbox_ ABSL_GUARDED_BY(inbox_mu_);

@@ -5,6 +5,7 @@
 #include <functional>
 #include <limits>
 
+#include "absl/strings/str_cat.h"
 #include "gtest/gtest.h"
 #include "tests/e2e/serving_util.h"
 #include "tests/support/cluster.h"
@@ -70,7 +71,7 @@ std::vector<BadRequest> BadRequests() {
        "input"},
       {"17 stop strings",
        [](auto* r) {
-         for (int i = 0; i < 17; ++i) r->mutable_stopping()->add_stop("s" + std::to_string(i));
+         for (int i = 0; i < 17; ++i) r->mutable_stopping()->add_stop(absl::StrCat("s", i));
        },
        "stopping.stop"},
       {"empty stop string",

@@ -60,6 +60,19 @@ inline int PickFreePort(int* keep_open = nullptr) {
   return port;
 }
 
+// Whether something accepts TCP connections on 127.0.0.1:port right now.
+inline bool Accepts(int port) {
+  const int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  if (fd < 0) return false;
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  addr.sin_port = htons(static_cast<uint16_t>(port));
+  const bool ok = ::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0;
+  ::close(fd);
+  return ok;
+}
+
 // Resident memory of a live process in bytes (VmRSS from /proc/<pid>/status), 0 if unknown.
 inline uint64_t ResidentBytes(pid_t pid) {
   std::ifstream in("/proc/" + std::to_string(pid) + "/status");
@@ -85,6 +98,7 @@ struct ClusterOptions {
   int max_num_seqs = 0;      // 0: the coordinator's default.
   std::vector<std::string> coordinator_flags;  // Extra flags, e.g. "--policy=priority".
   std::vector<std::string> worker_env;          // Extra "NAME=value" for the workers.
+  std::vector<std::string> worker_flags;        // Extra flags for every worker, e.g. "--device=cuda".
   std::chrono::seconds ready_timeout{180};     // Until every replica serves.
 };
 
@@ -112,6 +126,8 @@ class Cluster {
   Cluster& operator=(const Cluster&) = delete;
 
   const std::string& address() const { return address_; }
+  // The coordinator's /metrics, /healthz and /readyz HTTP port.
+  int metrics_port() const { return metrics_port_; }
   std::shared_ptr<grpc::Channel> channel() const { return channel_; }
   v1::Generation::Stub& api() { return *api_; }
   const Process& coordinator() const { return processes_[0]; }
@@ -184,16 +200,30 @@ class Cluster {
   }
 
   // SIGTERM to the coordinator, then the workers; SIGKILL whatever is left after the grace
-  // period. Idempotent.
-  void Stop(std::chrono::milliseconds grace = std::chrono::seconds(5)) {
+  // period. Idempotent. The channel and api() are gone afterwards.
+  void Stop(std::chrono::milliseconds grace = std::chrono::seconds(10)) {
+    // The coordinator's server shutdown waits out its grace while a client connection is
+    // open, so ours goes first.
+    api_.reset();
+    channel_.reset();
     for (Process& p : processes_) {
       if (p.pid > 0 && !p.reaped) ::kill(p.pid, SIGTERM);
     }
-    const auto deadline = std::chrono::steady_clock::now() + grace;
+    const auto start = std::chrono::steady_clock::now();
+    const auto deadline = start + grace;
+    bool second_signal_sent = false;
     for (Process& p : processes_) {
       while (p.pid > 0 && !p.reaped && std::chrono::steady_clock::now() < deadline) {
         Reap(p, /*block=*/false);
-        if (!p.reaped) std::this_thread::sleep_for(std::chrono::milliseconds(20));
+        if (p.reaped) break;
+        // A second SIGTERM cuts the coordinator's drain of running requests short.
+        if (!second_signal_sent && std::chrono::steady_clock::now() - start > std::chrono::seconds(2)) {
+          for (Process& q : processes_) {
+            if (q.pid > 0 && !q.reaped) ::kill(q.pid, SIGTERM);
+          }
+          second_signal_sent = true;
+        }
+        std::this_thread::sleep_for(std::chrono::milliseconds(20));
       }
       if (p.pid > 0 && !p.reaped) {
         std::fprintf(stderr, "cluster: %s (pid %d) ignored SIGTERM for %lld ms; killing it\n",
@@ -210,18 +240,23 @@ class Cluster {
   absl::Status Launch() {
     if (options_.log_dir.empty()) return absl::InvalidArgumentError("ClusterOptions.log_dir is empty");
     std::filesystem::create_directories(options_.log_dir);
-    int hold_api = -1, hold_cluster = -1;
-    const int port = PickFreePort(&hold_api);
-    const int cluster_port = PickFreePort(&hold_cluster);
-    if (hold_api >= 0) ::close(hold_api);
-    if (hold_cluster >= 0) ::close(hold_cluster);
-    if (port == 0 || cluster_port == 0) return absl::InternalError("cannot find free TCP ports on 127.0.0.1");
+    int hold[3] = {-1, -1, -1};
+    const int port = PickFreePort(&hold[0]);
+    const int cluster_port = PickFreePort(&hold[1]);
+    metrics_port_ = PickFreePort(&hold[2]);
+    for (int fd : hold) {
+      if (fd >= 0) ::close(fd);
+    }
+    if (port == 0 || cluster_port == 0 || metrics_port_ == 0) {
+      return absl::InternalError("cannot find free TCP ports on 127.0.0.1");
+    }
     address_ = absl::StrCat("127.0.0.1:", port);
 
     std::vector<std::string> coordinator = {
         (BinaryDir() / "tessera-coordinator").string(), "--model", options_.model_dir.string(),
         "--port", absl::StrCat(port), "--cluster-port", absl::StrCat(cluster_port),
-        "--tp", absl::StrCat(options_.tp), "--replicas", absl::StrCat(options_.replicas)};
+        "--tp", absl::StrCat(options_.tp), "--replicas", absl::StrCat(options_.replicas),
+        "--metrics-port", absl::StrCat(metrics_port_)};
     if (options_.kv_memory_mb > 0) {
       coordinator.insert(coordinator.end(), {"--kv-memory-mb", absl::StrCat(options_.kv_memory_mb)});
     }
@@ -230,12 +265,27 @@ class Cluster {
     }
     coordinator.insert(coordinator.end(), options_.coordinator_flags.begin(), options_.coordinator_flags.end());
     if (absl::Status s = Spawn("coordinator", coordinator, {}); !s.ok()) return s;
+    // Connect only once the coordinator listens: a gRPC channel whose first attempts are
+    // refused backs off (1 s, 1.6 s, 2.56 s by default), which would add seconds to every
+    // start, both to our health checks and to the workers' registration.
+    const auto deadline = std::chrono::steady_clock::now() + options_.ready_timeout;
+    while (!(Accepts(port) && Accepts(cluster_port))) {
+      Reap(processes_[0], /*block=*/false);
+      if (processes_[0].reaped) {
+        return Failed(absl::StrCat("the coordinator exited early (", Describe(processes_[0].wait_status), ")"));
+      }
+      if (std::chrono::steady_clock::now() > deadline) {
+        return Failed(absl::StrCat("the coordinator did not listen on ", port, " and ", cluster_port));
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    }
     for (int w = 0; w < options_.tp * options_.replicas; ++w) {
-      absl::Status s = Spawn(absl::StrCat("worker", w),
-                             {(BinaryDir() / "tessera-worker").string(), "--coordinator",
-                              absl::StrCat("127.0.0.1:", cluster_port), "--threads",
-                              absl::StrCat(options_.threads), "--rank-hint", absl::StrCat(w % options_.tp)},
-                             options_.worker_env);
+      std::vector<std::string> worker = {
+          (BinaryDir() / "tessera-worker").string(), "--coordinator",
+          absl::StrCat("127.0.0.1:", cluster_port), "--threads", absl::StrCat(options_.threads),
+          "--rank-hint", absl::StrCat(w % options_.tp)};
+      worker.insert(worker.end(), options_.worker_flags.begin(), options_.worker_flags.end());
+      absl::Status s = Spawn(absl::StrCat("worker", w), worker, options_.worker_env);
       if (!s.ok()) return s;
     }
     channel_ = grpc::CreateChannel(address_, grpc::InsecureChannelCredentials());
@@ -320,6 +370,7 @@ class Cluster {
   ClusterOptions options_;
   std::vector<Process> processes_;  // [0] is the coordinator.
   std::string address_;
+  int metrics_port_ = 0;
   std::shared_ptr<grpc::Channel> channel_;
   std::unique_ptr<v1::Generation::Stub> api_;
 };

@@ -16,6 +16,7 @@
 #include "tools/tessera/commands.h"
 #include "common/flag_set.h"
 #include "common/progress_line.h"
+#include "worker/backend_factory.h"
 #include "worker/communicator.h"
 #include "worker/llama_model.h"
 #include "worker/single_sequence.h"
@@ -34,6 +35,7 @@ struct RunFlags {
   double min_p = 0.0;
   int64_t seed = -1;
   int64_t threads = 0;
+  std::string device = "cpu";
   bool json = false;
   bool ignore_eos = false;
   bool quiet = false;
@@ -58,7 +60,7 @@ int RunMain(int argc, char** argv) {
   RunFlags f;
   FlagSet flags("tessera run",
                 "Loads a Hugging Face Llama folder (config.json, model.safetensors, tokenizer.json)\n"
-                "and generates a continuation of the prompt in this process on the CPU backend.");
+                "and generates a continuation of the prompt in this process, on the CPU or a CUDA device.");
   flags.String("model", &f.model, "Model folder.");
   flags.String("prompt", &f.prompt, "Prompt text.");
   flags.String("prompt-ids", &f.prompt_ids, "Prompt as comma-separated token ids (instead of --prompt).");
@@ -69,6 +71,7 @@ int RunMain(int argc, char** argv) {
   flags.Float("min-p", &f.min_p, "Drop tokens below min_p times the top probability.");
   flags.Int("seed", &f.seed, "Random seed (-1: random).");
   flags.Int("threads", &f.threads, "CPU threads (0: one per core).");
+  flags.String("device", &f.device, "cpu, cuda (device 0), cuda:N, or auto (cuda when a device is usable).");
   flags.Bool("json", &f.json, "Print one JSON object (prompt_ids, generated_ids, text, timings).");
   flags.Bool("ignore-eos", &f.ignore_eos, "Keep generating past the end-of-sequence token.");
   flags.Bool("quiet", &f.quiet, "No progress or timing lines on stderr.");
@@ -94,7 +97,9 @@ int RunMain(int argc, char** argv) {
     prompt_ids = (*tokenizer)->Encode(f.prompt);
   }
 
-  auto backend = kernels::MakeCpuBackend(static_cast<int>(f.threads));
+  auto made_backend = MakeBackend(f.device, static_cast<int>(f.threads));
+  if (!made_backend.ok()) return Fail(std::string(made_backend.status().message()));
+  std::unique_ptr<kernels::Backend> backend = std::move(*made_backend);
   SingleRankCommunicator comm;
   ProgressLine progress("loading " + f.model);
   auto model = LlamaModel::Load(f.model, backend.get(), &comm, [&](int done, int total, uint64_t bytes) {
@@ -151,6 +156,7 @@ int RunMain(int argc, char** argv) {
     j["generated_ids"] = result->generated_ids;
     j["text"] = Suffix(**tokenizer, all, prompt_ids.size());
     j["finish_reason"] = result->finish_reason;
+    j["device"] = std::string(backend->name());
     j["timings"] = {{"prefill_seconds", result->prefill_seconds},
                     {"decode_seconds", result->decode_seconds},
                     {"decode_tokens_per_second", decode_tps}};

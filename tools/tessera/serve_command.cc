@@ -45,9 +45,9 @@ pid_t Spawn(const std::vector<std::string>& args) {
 }  // namespace
 
 int ServeMain(int argc, char** argv) {
-  std::string model, host = "127.0.0.1", policy = "fcfs", communicator = "auto";
+  std::string model, host = "127.0.0.1", policy = "fcfs", communicator = "auto", device = "cpu";
   int64_t tp = 1, replicas = 1, port = 50051, cluster_port = 0, threads = 0, kv_memory_mb = 0;
-  int64_t max_num_seqs = 256, block_size = 16, max_num_batched_tokens = 2048;
+  int64_t max_num_seqs = 256, block_size = 16, max_num_batched_tokens = 2048, metrics_port = 9400;
   FlagSet flags("tessera serve",
                 "Starts a coordinator and tp x replicas workers on this machine and stops them\n"
                 "all on Ctrl-C (SIGINT) or SIGTERM. Clients connect to --port.");
@@ -63,6 +63,9 @@ int ServeMain(int argc, char** argv) {
   flags.Int("max-num-batched-tokens", &max_num_batched_tokens, "Token budget of one step.");
   flags.Int("block-size", &block_size, "Tokens per KV-cache block.");
   flags.String("policy", &policy, "Scheduling policy: fcfs or priority.");
+  flags.Int("metrics-port", &metrics_port,
+            "Coordinator /metrics, /healthz, /readyz port; worker i uses metrics-port + 1 + i (0: off).");
+  flags.String("device", &device, "Worker backend: cpu, cuda (worker i uses cuda:i), or auto.");
   flags.String("communicator", &communicator, "Collectives: auto (shm on one host), gloo or shm.");
   if (auto s = flags.Parse(argc, argv); !s.ok()) {
     std::fprintf(stderr, "tessera serve: %s\n", std::string(s.message()).c_str());
@@ -94,11 +97,14 @@ int ServeMain(int argc, char** argv) {
                             "--kv-memory-mb", absl::StrCat(kv_memory_mb), "--max-num-seqs",
                             absl::StrCat(max_num_seqs), "--block-size", absl::StrCat(block_size),
                             "--max-num-batched-tokens", absl::StrCat(max_num_batched_tokens),
-                            "--policy", policy, "--communicator", communicator}));
+                            "--policy", policy, "--communicator", communicator,
+                            "--metrics-port", absl::StrCat(metrics_port)}));
   for (int w = 0; w < workers; ++w) {
     children.push_back(Spawn({(dir / "tessera-worker").string(), "--coordinator",
                               absl::StrCat("127.0.0.1:", cluster_port), "--threads", absl::StrCat(threads),
-                              "--rank-hint", absl::StrCat(w % tp)}));
+                              "--device", device == "cuda" ? absl::StrCat("cuda:", w) : device,
+                              "--rank-hint", absl::StrCat(w % tp), "--metrics-port",
+                              absl::StrCat(metrics_port > 0 ? metrics_port + 1 + w : 0)}));
   }
   // Run until a signal, or until the coordinator exits.
   int status = 0;

@@ -9,15 +9,27 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/flag_set.h"
+#include "common/logging.h"
+#include "common/metrics/http_server.h"
+#include "common/metrics/process_collector.h"
 #include "grpcpp/grpcpp.h"
 #include "grpcpp/health_check_service_interface.h"
 #include "kernels/backend.h"
 #include "tessera/v1/worker.grpc.pb.h"
+#include "worker/backend_factory.h"
+#include "worker/metrics/worker_metrics.h"
 #include "worker/service/worker_service.h"
 
 namespace {
 
 std::atomic<bool> g_stop{false};
+std::atomic<int64_t> g_last_tick_ms{0};  // The main loop's last turn, for /healthz.
+
+int64_t NowMs() {
+  return std::chrono::duration_cast<std::chrono::milliseconds>(
+             std::chrono::steady_clock::now().time_since_epoch())
+      .count();
+}
 
 void OnSignal(int) { g_stop = true; }
 
@@ -30,27 +42,58 @@ int Fail(const std::string& message) {
 
 int main(int argc, char** argv) {
   std::string coordinator, listen = "127.0.0.1:0", advertise_host = "127.0.0.1", device = "cpu";
-  int64_t threads = 0, rank_hint = -1, replica_hint = -1;
+  int64_t threads = 0, rank_hint = -1, replica_hint = -1, metrics_port = 0;
+  std::string metrics_host, log_format = "text", log_level = "info";
   tessera::FlagSet flags("tessera-worker",
                          "One tensor-parallel rank of a Tessera cluster. It registers with the\n"
                          "coordinator, which assigns its group, rank and model shard.");
   flags.String("coordinator", &coordinator, "Coordinator address (host:port of its cluster port).");
   flags.String("listen", &listen, "Address to serve the Worker service on (port 0: any free port).");
   flags.String("advertise-host", &advertise_host, "Host name or IP peers and the coordinator use to reach this worker.");
-  flags.String("device", &device, "Backend: cpu (cuda in CUDA builds, when the worker path lands).");
+  flags.String("device", &device, "Backend: cpu, cuda (device 0), cuda:N, or auto (cuda when a device is usable, else cpu).");
   flags.Int("threads", &threads, "CPU threads for kernels (0: one per core).");
   flags.Int("rank-hint", &rank_hint, "Preferred rank in its group (-1: any).");
   flags.Int("replica-hint", &replica_hint, "Preferred replica (-1: any).");
+  flags.Int("metrics-port", &metrics_port, "HTTP port of /metrics and /healthz (0: disabled).");
+  flags.String("metrics-host", &metrics_host, "Address the metrics port binds to (empty: the --listen host).");
+  flags.String("log-format", &log_format, "Log lines on stderr: text or json.");
+  flags.String("log-level", &log_level, "Least severe level logged: debug, info, warning or error.");
   if (auto s = flags.Parse(argc, argv); !s.ok()) return Fail(std::string(s.message()));
   if (flags.help_requested()) {
     std::fputs(flags.Usage().c_str(), stdout);
     return 0;
   }
+  if (auto s = tessera::ConfigureLogging(log_format, log_level); !s.ok()) return Fail(std::string(s.message()));
   if (coordinator.empty()) return Fail("--coordinator is required");
-  if (device != "cpu") return Fail(absl::StrCat("device \"", device, "\" is not supported by this worker build"));
 
-  auto backend = tessera::kernels::MakeCpuBackend(static_cast<int>(threads));
-  tessera::WorkerServiceImpl service(backend.get(), {advertise_host});
+  auto made_backend = tessera::MakeBackend(device, static_cast<int>(threads));
+  if (!made_backend.ok()) return Fail(std::string(made_backend.status().message()));
+  std::unique_ptr<tessera::kernels::Backend> backend = std::move(*made_backend);
+  const tessera::DeviceDescription device_info = tessera::DescribeBackend(*backend);
+  std::fprintf(stderr, "tessera-worker: computing on %s (%s, %.1f of %.1f GB free)\n",
+               device_info.kind.c_str(), device_info.name.c_str(),
+               device_info.free_memory_bytes / 1e9, device_info.total_memory_bytes / 1e9);
+  std::unique_ptr<tessera::WorkerMetrics> metrics;
+  auto process = std::make_shared<tessera::ProcessCollector>();
+  std::unique_ptr<tessera::MetricsHttpServer> metrics_server;
+  if (metrics_port > 0) {
+    metrics = std::make_unique<tessera::WorkerMetrics>();
+    tessera::MetricsHttpOptions mo;
+    mo.host = metrics_host.empty() ? listen.substr(0, listen.rfind(':')) : metrics_host;
+    mo.port = static_cast<int>(metrics_port);
+    mo.collectables = {metrics->registry(), process};
+    mo.checks["/healthz"] = [] {
+      const int64_t since = NowMs() - g_last_tick_ms.load();
+      if (since > 10000) return tessera::HealthResult{false, absl::StrCat("main loop stalled for ", since, " ms")};
+      return tessera::HealthResult{true, ""};
+    };
+    g_last_tick_ms = NowMs();
+    auto server = tessera::MetricsHttpServer::Start(std::move(mo));
+    if (!server.ok()) return Fail(std::string(server.status().message()));
+    metrics_server = std::move(*server);
+    std::fprintf(stderr, "tessera-worker: metrics on port %d (/metrics, /healthz)\n", metrics_server->port());
+  }
+  tessera::WorkerServiceImpl service(backend.get(), {advertise_host, metrics.get()});
   grpc::EnableDefaultHealthCheckService(true);
   grpc::ServerBuilder builder;
   int port = 0;
@@ -74,10 +117,13 @@ int main(int argc, char** argv) {
   request.set_rank_hint(static_cast<int32_t>(rank_hint));
   request.set_replica_hint(static_cast<int32_t>(replica_hint));
   request.set_pid(static_cast<int32_t>(::getpid()));
-  request.mutable_device()->set_kind("cpu");
+  request.mutable_device()->set_kind(device_info.kind);
+  request.mutable_device()->set_name(device_info.name);
+  request.mutable_device()->set_total_memory_bytes(device_info.total_memory_bytes);
   request.mutable_device()->set_free_memory_bytes(backend->FreeMemoryBytes());
   bool registered = false;
   for (int attempt = 0; attempt < 600 && !g_stop; ++attempt) {
+    g_last_tick_ms = NowMs();
     grpc::ClientContext ctx;
     ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(2));
     tessera::v1::RegisterWorkerResponse response;
@@ -94,7 +140,11 @@ int main(int argc, char** argv) {
     server->Shutdown();
     return Fail(absl::StrCat("could not register with the coordinator at ", coordinator));
   }
-  while (!g_stop) std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  while (!g_stop) {
+    g_last_tick_ms = NowMs();
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
   server->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(2));
+  metrics_server.reset();
   return 0;
 }

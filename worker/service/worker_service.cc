@@ -1,18 +1,97 @@
 #include "worker/service/worker_service.h"
 
 #include <chrono>
+#include <optional>
 
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "common/grpc_status.h"
+#include "common/status_macros.h"
+#include "worker/backend_factory.h"
 #include "worker/comm/gloo_communicator.h"
 #include "worker/comm/shm_communicator.h"
+#if defined(TESSERA_HAVE_NCCL)
+#include "worker/comm/kv_store_client.h"
+#include "worker/comm/nccl_communicator.h"
+#endif
 
 namespace tessera {
 namespace {
 
+#if defined(TESSERA_HAVE_NCCL)
+// Rank 0 creates the NCCL unique id and publishes it in the coordinator's key-value store
+// under the group's rendezvous prefix; the other ranks wait for it there. An id the
+// coordinator put in the request wins.
+absl::StatusOr<std::string> NcclUniqueId(const v1::ConfigureRequest& r,
+                                         std::chrono::milliseconds timeout) {
+  if (!r.nccl_unique_id().empty()) return r.nccl_unique_id();
+  const std::string& addr = r.rendezvous_address();
+  const size_t colon = addr.rfind(':');
+  int port = 0;
+  if (colon == std::string::npos || !absl::SimpleAtoi(addr.substr(colon + 1), &port)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("bad rendezvous address \"", addr, "\" for the NCCL unique id"));
+  }
+  const absl::Duration wait = absl::FromChrono(timeout);
+  ASSIGN_OR_RETURN(std::unique_ptr<KvStoreClient> store,
+                   KvStoreClient::Connect(addr.substr(0, colon), port, wait));
+  const std::string key = absl::StrCat(r.rendezvous_prefix(), "/nccl_unique_id");
+  if (r.rank() == 0) {
+    ASSIGN_OR_RETURN(std::string id, GenerateNcclUniqueId());
+    RETURN_IF_ERROR(store->Set(key, id));
+    return id;
+  }
+  RETURN_IF_ERROR(store->Wait({key}, wait));
+  return store->Get(key);
+}
+#endif
+
+absl::StatusOr<std::unique_ptr<Communicator>> MakeNcclCommunicator(const v1::ConfigureRequest& r,
+                                                                   const CudaPlacement& cuda) {
+#if defined(TESSERA_HAVE_NCCL)
+  const std::chrono::milliseconds timeout(
+      r.collective_timeout_ms() > 0 ? r.collective_timeout_ms() : 30000);
+  absl::StatusOr<std::string> id = NcclUniqueId(r, timeout);
+  if (!id.ok()) {
+    return absl::Status(id.status().code(),
+                        absl::StrCat("NCCL unique id rendezvous (rank ", r.rank(), ", store ",
+                                     r.rendezvous_address(), "): ", id.status().message()));
+  }
+  NcclCommunicatorOptions o;
+  o.unique_id = *std::move(id);
+  o.rank = static_cast<int>(r.rank());
+  o.world_size = static_cast<int>(r.world_size());
+  o.device = cuda.device;
+  o.stream = cuda.stream;  // Collectives order against the backend's kernels.
+  o.timeout = timeout;
+  ASSIGN_OR_RETURN(std::unique_ptr<NcclCommunicator> comm, NcclCommunicator::Create(o));
+  return std::unique_ptr<Communicator>(std::move(comm));
+#else
+  return absl::UnimplementedError(
+      "communicator \"nccl\" is not available in this build (NCCL was not found at configure "
+      "time)");
+#endif
+}
+
 absl::StatusOr<std::unique_ptr<Communicator>> MakeCommunicator(const v1::ConfigureRequest& r,
-                                                                const std::string& host) {
+                                                                const std::string& host,
+                                                                const kernels::Backend& backend) {
   if (r.world_size() <= 1) return std::unique_ptr<Communicator>(new SingleRankCommunicator());
+  // Gloo and shm read and write host memory; NCCL device memory.
+  const std::optional<CudaPlacement> cuda = CudaPlacementOf(backend);
+  if (r.communicator() == "nccl") {
+    if (!cuda.has_value()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("communicator \"nccl\" needs a CUDA worker; this one computes on the ",
+                       std::string(backend.name()), " backend"));
+    }
+    return MakeNcclCommunicator(r, *cuda);
+  }
+  if (cuda.has_value()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("communicator \"", r.communicator(),
+                     "\" works on host memory; a CUDA worker needs \"nccl\""));
+  }
   if (r.communicator() == "gloo") {
     GlooCommunicatorOptions o;
     const std::string& addr = r.rendezvous_address();
@@ -60,13 +139,23 @@ WorkerServiceImpl::WorkerServiceImpl(kernels::Backend* backend, WorkerServiceOpt
 grpc::Status WorkerServiceImpl::Configure(grpc::ServerContext*, const v1::ConfigureRequest* request,
                                           v1::ConfigureResponse*) {
   absl::MutexLock lock(&mu_);
+  // gRPC may run each call on a different thread; CUDA's current device is per thread.
+  if (absl::Status s = BindBackendToThread(*backend_); !s.ok()) return ToGrpcStatus(s);
   // A new group formation replaces everything from the previous one.
   executor_.reset();
   model_.reset();
   comm_.reset();
-  auto comm = MakeCommunicator(*request, options_.advertise_host);
+  auto comm = MakeCommunicator(*request, options_.advertise_host, *backend_);
   if (!comm.ok()) return ToGrpcStatus(comm.status());
   comm_ = std::move(*comm);
+  timed_comm_ = nullptr;
+  if (options_.metrics != nullptr) {
+    auto timed = std::make_unique<TimedCommunicator>(std::move(comm_), options_.metrics);
+    timed_comm_ = timed.get();
+    comm_ = std::move(timed);
+    options_.metrics->GroupJoined(static_cast<int>(request->replica()), static_cast<int>(request->rank()),
+                                  static_cast<int>(request->world_size()), std::string(comm_->backend_name()));
+  }
   std::fprintf(stderr, "tessera-worker: joined replica %u as rank %u of %u (%s)\n",
                request->replica(), request->rank(), request->world_size(),
                std::string(comm_->backend_name()).c_str());
@@ -76,6 +165,8 @@ grpc::Status WorkerServiceImpl::Configure(grpc::ServerContext*, const v1::Config
 grpc::Status WorkerServiceImpl::LoadShard(grpc::ServerContext*, const v1::LoadShardRequest* request,
                                           grpc::ServerWriter<v1::LoadShardProgress>* writer) {
   absl::MutexLock lock(&mu_);
+  // gRPC may run each call on a different thread; CUDA's current device is per thread.
+  if (absl::Status s = BindBackendToThread(*backend_); !s.ok()) return ToGrpcStatus(s);
   if (comm_ == nullptr) {
     return grpc::Status(grpc::StatusCode::FAILED_PRECONDITION, "LoadShard before Configure");
   }
@@ -110,6 +201,7 @@ grpc::Status WorkerServiceImpl::LoadShard(grpc::ServerContext*, const v1::LoadSh
   last.set_model_name(std::filesystem::path(request->model_dir()).filename().string());
   last.set_dtype(DTypeName(model_->config().torch_dtype));
   writer->Write(last);
+  if (options_.metrics != nullptr) options_.metrics->ShardLoaded(last.model_name(), model_->weight_bytes());
   std::fprintf(stderr, "tessera-worker: loaded %s (%.1f MB of weights), room for %lld KV blocks\n",
                request->model_dir().c_str(), model_->weight_bytes() / 1e6,
                static_cast<long long>(num_blocks));
@@ -119,6 +211,8 @@ grpc::Status WorkerServiceImpl::LoadShard(grpc::ServerContext*, const v1::LoadSh
 grpc::Status WorkerServiceImpl::InitCache(grpc::ServerContext*, const v1::InitCacheRequest* request,
                                           v1::InitCacheResponse* response) {
   absl::MutexLock lock(&mu_);
+  // gRPC may run each call on a different thread; CUDA's current device is per thread.
+  if (absl::Status s = BindBackendToThread(*backend_); !s.ok()) return ToGrpcStatus(s);
   if (model_ == nullptr) {
     return grpc::Status(grpc::StatusCode::FAILED_PRECONDITION, "InitCache before LoadShard");
   }
@@ -127,6 +221,7 @@ grpc::Status WorkerServiceImpl::InitCache(grpc::ServerContext*, const v1::InitCa
                                      static_cast<int>(request->block_size()));
   if (!cache.ok()) return ToGrpcStatus(cache.status());
   response->set_kv_cache_bytes((*cache)->bytes());
+  if (options_.metrics != nullptr) options_.metrics->CacheAllocated((*cache)->bytes());
   executor_ = std::make_unique<StepExecutor>(model_.get(), std::move(*cache));
   return grpc::Status::OK;
 }
@@ -134,6 +229,8 @@ grpc::Status WorkerServiceImpl::InitCache(grpc::ServerContext*, const v1::InitCa
 grpc::Status WorkerServiceImpl::ExecuteStep(grpc::ServerContext*, const v1::StepRequest* request,
                                             v1::StepResponse* response) {
   absl::MutexLock lock(&mu_);
+  // gRPC may run each call on a different thread; CUDA's current device is per thread.
+  if (absl::Status s = BindBackendToThread(*backend_); !s.ok()) return ToGrpcStatus(s);
   if (executor_ == nullptr) {
     return grpc::Status(grpc::StatusCode::FAILED_PRECONDITION, "ExecuteStep before InitCache");
   }
@@ -141,7 +238,16 @@ grpc::Status WorkerServiceImpl::ExecuteStep(grpc::ServerContext*, const v1::Step
     return grpc::Status(grpc::StatusCode::UNAVAILABLE,
                         "this worker's group communicator failed earlier; the group must re-form");
   }
+  const auto start = std::chrono::steady_clock::now();
+  if (timed_comm_ != nullptr) timed_comm_->TakeCollectiveSeconds();
   absl::Status s = executor_->Execute(*request, response);
+  if (timed_comm_ != nullptr) response->set_collective_seconds(timed_comm_->TakeCollectiveSeconds());
+  if (options_.metrics != nullptr) {
+    options_.metrics->StepFinished(
+        ClassifyStep(*request),
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count(),
+        response->forward_seconds(), s.ok());
+  }
   if (!s.ok() && comm_->aborted()) {
     return grpc::Status(grpc::StatusCode::UNAVAILABLE, absl::StrCat("collective failed: ", s.message()));
   }

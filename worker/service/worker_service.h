@@ -10,12 +10,15 @@
 #include "tessera/v1/worker.grpc.pb.h"
 #include "worker/communicator.h"
 #include "worker/llama_model.h"
+#include "worker/metrics/timed_communicator.h"
+#include "worker/metrics/worker_metrics.h"
 #include "worker/service/step_executor.h"
 
 namespace tessera {
 
 struct WorkerServiceOptions {
   std::string advertise_host = "127.0.0.1";  // Where peers reach this worker's collectives.
+  WorkerMetrics* metrics = nullptr;  // Not owned; null: no metrics, no collective timing.
 };
 
 // The Worker gRPC service: joins a group, loads its shard, sizes and allocates its KV
@@ -39,6 +42,7 @@ class WorkerServiceImpl final : public v1::Worker::Service {
   // One group at a time; steps run one at a time.
   absl::Mutex mu_;
   std::unique_ptr<Communicator> comm_ ABSL_GUARDED_BY(mu_);
+  TimedCommunicator* timed_comm_ ABSL_GUARDED_BY(mu_) = nullptr;  // comm_ when metrics are on.
   std::unique_ptr<LlamaModel> model_ ABSL_GUARDED_BY(mu_);
   std::unique_ptr<StepExecutor> executor_ ABSL_GUARDED_BY(mu_);
 };

@@ -1,0 +1,73 @@
+#include "benchmarks/roofline/timing_backend.h"
+
+#include "absl/strings/str_cat.h"
+#include "common/dtype.h"
+
+namespace tessera::bench {
+
+void TimingBackend::CopyToDevice(void* dst, const void* src, size_t bytes) {
+  Timed("copy", 0, [&] { inner_->CopyToDevice(dst, src, bytes); });
+}
+
+void TimingBackend::CopyToHost(void* dst, const void* src, size_t bytes) {
+  Timed("copy", 0, [&] { inner_->CopyToHost(dst, src, bytes); });
+}
+
+void TimingBackend::CopyOnDevice(void* dst, const void* src, size_t bytes) {
+  Timed("copy", 0, [&] { inner_->CopyOnDevice(dst, src, bytes); });
+}
+
+void TimingBackend::EmbeddingGather(const int32_t* ids, int n, kernels::MatrixView table,
+                                    int64_t vocab_begin, float* out) {
+  Timed("embedding_gather", static_cast<uint64_t>(n) * table.cols * DTypeSize(table.dtype),
+        [&] { inner_->EmbeddingGather(ids, n, table, vocab_begin, out); });
+}
+
+void TimingBackend::RmsNorm(const float* x, const float* weight, int n, int dim, float eps,
+                            float* out) {
+  Timed("rms_norm", 0, [&] { inner_->RmsNorm(x, weight, n, dim, eps, out); });
+}
+
+void TimingBackend::AddRmsNorm(float* hidden, const float* delta, const float* weight, int n,
+                               int dim, float eps, float* out) {
+  Timed("add_rms_norm", 0, [&] { inner_->AddRmsNorm(hidden, delta, weight, n, dim, eps, out); });
+}
+
+void TimingBackend::Gemm(const float* x, int64_t m, kernels::MatrixView w, float* y) {
+  Timed(absl::StrCat("gemm ", w.rows, "x", w.cols, " ", DTypeName(w.dtype)),
+        static_cast<uint64_t>(w.rows) * w.cols * DTypeSize(w.dtype),
+        [&] { inner_->Gemm(x, m, w, y); });
+}
+
+void TimingBackend::Rope(float* qkv, int n, int row_stride, const int32_t* positions,
+                         int num_q_heads, int num_kv_heads, int head_dim, float theta) {
+  Timed("rope", 0, [&] {
+    inner_->Rope(qkv, n, row_stride, positions, num_q_heads, num_kv_heads, head_dim, theta);
+  });
+}
+
+void TimingBackend::SiluMul(const float* gate_up, int n, int inter, float* out) {
+  Timed("silu_mul", 0, [&] { inner_->SiluMul(gate_up, n, inter, out); });
+}
+
+void TimingBackend::WriteKvCache(const float* k, const float* v, int row_stride,
+                                 const int64_t* slots, int n, const kernels::KvCacheShape& shape,
+                                 float* k_cache, float* v_cache) {
+  Timed("write_kv_cache", 0,
+        [&] { inner_->WriteKvCache(k, v, row_stride, slots, n, shape, k_cache, v_cache); });
+}
+
+void TimingBackend::PagedAttention(const float* q, int q_stride, const kernels::AttentionBatch& batch,
+                                   const float* k_cache, const float* v_cache,
+                                   const kernels::KvCacheShape& shape, int num_q_heads, float scale,
+                                   float* out) {
+  Timed("paged_attention", 0, [&] {
+    inner_->PagedAttention(q, q_stride, batch, k_cache, v_cache, shape, num_q_heads, scale, out);
+  });
+}
+
+void TimingBackend::Add(float* y, const float* x, size_t n) {
+  Timed("add", 0, [&] { inner_->Add(y, x, n); });
+}
+
+}  // namespace tessera::bench

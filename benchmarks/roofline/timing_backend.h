@@ -1,0 +1,80 @@
+#ifndef TESSERA_BENCHMARKS_ROOFLINE_TIMING_BACKEND_H_
+#define TESSERA_BENCHMARKS_ROOFLINE_TIMING_BACKEND_H_
+
+#include <chrono>
+#include <cstdint>
+#include <map>
+#include <string>
+
+#include "kernels/backend.h"
+
+namespace tessera::bench {
+
+// A Backend that forwards every call to another and, while enabled, adds up the wall time
+// of each op: a timing breakdown of the forward pass without touching the model code.
+// GEMMs are kept apart by weight shape, so each projection shows its own bandwidth. Only
+// meaningful for synchronous backends (the CPU one), where an op's call is its work.
+class TimingBackend final : public kernels::Backend {
+ public:
+  struct OpStats {
+    int64_t calls = 0;
+    double seconds = 0;
+    uint64_t weight_bytes = 0;  // Matrix bytes read (GEMM and embedding rows).
+  };
+
+  explicit TimingBackend(kernels::Backend* inner) : inner_(inner) {}
+
+  void set_enabled(bool enabled) { enabled_ = enabled; }
+  void Reset() { ops_.clear(); }
+  // Keyed "gemm <rows>x<cols> <dtype>", "paged_attention", "rms_norm", ...
+  const std::map<std::string, OpStats>& ops() const { return ops_; }
+
+  std::string_view name() const override { return inner_->name(); }
+  void* Allocate(size_t bytes) override { return inner_->Allocate(bytes); }
+  void Free(void* ptr) override { inner_->Free(ptr); }
+  void CopyToDevice(void* dst, const void* src, size_t bytes) override;
+  void CopyToHost(void* dst, const void* src, size_t bytes) override;
+  void CopyOnDevice(void* dst, const void* src, size_t bytes) override;
+  void Synchronize() override { inner_->Synchronize(); }
+  size_t FreeMemoryBytes() const override { return inner_->FreeMemoryBytes(); }
+
+  void EmbeddingGather(const int32_t* ids, int n, kernels::MatrixView table, int64_t vocab_begin,
+                       float* out) override;
+  void RmsNorm(const float* x, const float* weight, int n, int dim, float eps, float* out) override;
+  void AddRmsNorm(float* hidden, const float* delta, const float* weight, int n, int dim, float eps,
+                  float* out) override;
+  void Gemm(const float* x, int64_t m, kernels::MatrixView w, float* y) override;
+  void Rope(float* qkv, int n, int row_stride, const int32_t* positions, int num_q_heads,
+            int num_kv_heads, int head_dim, float theta) override;
+  void SiluMul(const float* gate_up, int n, int inter, float* out) override;
+  void WriteKvCache(const float* k, const float* v, int row_stride, const int64_t* slots, int n,
+                    const kernels::KvCacheShape& shape, float* k_cache, float* v_cache) override;
+  void PagedAttention(const float* q, int q_stride, const kernels::AttentionBatch& batch,
+                      const float* k_cache, const float* v_cache, const kernels::KvCacheShape& shape,
+                      int num_q_heads, float scale, float* out) override;
+  void Add(float* y, const float* x, size_t n) override;
+
+ private:
+  // Runs `op`, charging its time to `key` when enabled.
+  template <typename Op>
+  void Timed(const std::string& key, uint64_t weight_bytes, Op&& op) {
+    if (!enabled_) {
+      op();
+      return;
+    }
+    const auto start = std::chrono::steady_clock::now();
+    op();
+    OpStats& s = ops_[key];
+    s.seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    s.calls += 1;
+    s.weight_bytes += weight_bytes;
+  }
+
+  kernels::Backend* inner_;
+  bool enabled_ = false;
+  std::map<std::string, OpStats> ops_;
+};
+
+}  // namespace tessera::bench
+
+#endif  // TESSERA_BENCHMARKS_ROOFLINE_TIMING_BACKEND_H_

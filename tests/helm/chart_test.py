@@ -1,0 +1,481 @@
+#!/usr/bin/env python3
+"""Checks of the Helm chart (helm/tessera) without a cluster.
+
+The chart is rendered and linted by Helm's own Go library (helm-python-sdk, no helm
+binary), every rendered object is validated against the Kubernetes API schemas
+(kubernetes-validate, offline) and yamllint, and the tests assert what an operator relies
+on: pod counts, GPU requests, probe ports, NetworkPolicy selectors, drain settings, and
+that values.schema.json rejects impossible values. The tools come from
+requirements-dev.txt (scripts/setup.sh).
+"""
+import copy
+import os
+import sys
+import unittest
+
+try:
+    import helm_python
+    import kubernetes_validate
+    import yaml
+    from yamllint import config as yamllint_config
+    from yamllint import linter as yamllint_linter
+except ImportError as e:  # Fail loudly: a skip would hide a broken setup.
+    sys.exit(f"chart_test: missing Python package ({e}); run scripts/setup.sh "
+             "(python3 -m pip install -r requirements-dev.txt)")
+
+SOURCE_DIR = os.environ.get("TESSERA_SOURCE_DIR",
+                            os.path.join(os.path.dirname(__file__), "..", ".."))
+CHART_DIR = os.path.join(SOURCE_DIR, "helm", "tessera")
+# The newest Kubernetes release whose schemas kubernetes-validate ships.
+KUBE_VERSION = kubernetes_validate.utils.latest_version()
+# Custom resources: not in the Kubernetes API schemas, so checked structurally below.
+CRD_GROUPS = ("monitoring.coreos.com/", "leaderworkerset.x-k8s.io/")
+RELEASE, NAMESPACE = "demo", "serving"
+
+VALUE_SETS = {
+    "defaults": {},
+    "gpu_tp8_x2": {
+        "tp": 8, "replicas": 2,
+        "model": {"path": "/models/llama-3-70b", "source": "hostPath"},
+        "worker": {"gpusPerWorker": 1, "shmSize": "16Gi",
+                   "nodeSelector": {"nvidia.com/gpu.product": "NVIDIA-H100-80GB-HBM3"},
+                   "tolerations": [{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}],
+                   "topologySpreadConstraints": [{
+                       "maxSkew": 1, "topologyKey": "kubernetes.io/hostname",
+                       "whenUnsatisfiable": "ScheduleAnyway",
+                       "labelSelector": {"matchLabels": {"app.kubernetes.io/component": "worker"}}}]},
+    },
+    "multinode_lws": {
+        "tp": 16, "replicas": 2,
+        "worker": {"gpusPerWorker": 1},
+        "leaderWorkerSet": {"enabled": True, "subGroupSize": 8,
+                            "exclusiveTopology": "topology.kubernetes.io/zone"},
+    },
+    "monitoring": {
+        "monitoring": {"serviceMonitor": {"enabled": True, "labels": {"release": "prometheus"}},
+                       "prometheusRule": {"enabled": True}},
+        "networkPolicy": {"apiFrom": [{"namespaceSelector": {"matchLabels": {"team": "apps"}}}],
+                          "metricsFrom": [{"namespaceSelector": {"matchLabels": {"name": "monitoring"}}}]},
+    },
+    "object_store": {
+        "model": {"source": "objectStore", "path": "/models/llama",
+                  "objectStore": {"url": ":s3:models/llama",
+                                  "envFrom": [{"secretRef": {"name": "s3-credentials"}}]}},
+        "imagePullSecrets": [{"name": "registry"}],
+    },
+}
+
+
+def merged(overrides):
+    """Chart defaults with overrides applied (what an install would use)."""
+    with helm_python.Chart.load(CHART_DIR) as chart:
+        return chart.merge_values(overrides)
+
+
+def render(values):
+    """Rendered manifests as {template path: text}, NOTES.txt left out."""
+    with helm_python.Chart.load(CHART_DIR) as chart:
+        out = chart.render(values=values, name=RELEASE, namespace=NAMESPACE, is_install=True)
+    return {k: v for k, v in out.items() if not k.endswith("NOTES.txt")}
+
+
+def objects(values):
+    """Every rendered Kubernetes object."""
+    objs = []
+    for text in render(values).values():
+        objs.extend(doc for doc in yaml.safe_load_all(text) if doc)
+    return objs
+
+
+def by_kind(objs, kind):
+    return [o for o in objs if o["kind"] == kind]
+
+
+def pod_templates(objs):
+    """(owner kind, pod template) of every workload, the helm test pod included."""
+    out = []
+    for o in objs:
+        if o["kind"] in ("Deployment", "StatefulSet"):
+            out.append((o["kind"], o["spec"]["template"]))
+        elif o["kind"] == "LeaderWorkerSet":
+            out.append((o["kind"], o["spec"]["leaderWorkerTemplate"]["workerTemplate"]))
+        elif o["kind"] == "Pod":
+            out.append((o["kind"], o))
+    return out
+
+
+def component_template(objs, component):
+    for _, t in pod_templates(objs):
+        if t["metadata"]["labels"].get("app.kubernetes.io/component") == component:
+            return t
+    raise AssertionError(f"no pod template of component {component}")
+
+
+def selects(selector, labels):
+    """Whether a matchLabels selector selects these labels."""
+    return all(labels.get(k) == v for k, v in selector.get("matchLabels", {}).items())
+
+
+def named_port(container, name):
+    for p in container.get("ports", []):
+        if p["name"] == name:
+            return p["containerPort"]
+    raise AssertionError(f"container {container['name']} has no port named {name}")
+
+
+def probe_port(container, probe):
+    """The numeric port a probe hits (named ports resolved)."""
+    spec = container[probe]
+    action = spec.get("httpGet") or spec.get("grpc") or spec.get("tcpSocket")
+    port = action["port"]
+    return named_port(container, port) if isinstance(port, str) else port
+
+
+class ChartLintTest(unittest.TestCase):
+    def test_lint_is_clean_for_every_value_set(self):
+        for name, values in VALUE_SETS.items():
+            with self.subTest(values=name):
+                report = helm_python.lint(CHART_DIR, values, strict=True, namespace=NAMESPACE,
+                                          kube_version=f"v{KUBE_VERSION}")
+                problems = [m for m in report["messages"] if m["severity"] >= 2]
+                self.assertEqual(report["errors"], [])
+                self.assertEqual(problems, [], report)
+
+    def test_rendered_yaml_passes_yamllint(self):
+        conf = yamllint_config.YamlLintConfig(
+            "extends: default\nrules:\n  line-length: {max: 200}\n  document-start: disable\n"
+            "  comments: {min-spaces-from-content: 1}\n"
+            # toYaml writes block sequences unindented under their key, kubectl-style.
+            "  indentation: {spaces: 2, indent-sequences: whatever}\n")
+        for name, values in VALUE_SETS.items():
+            for template, text in render(values).items():
+                if not text.strip():
+                    continue
+                with self.subTest(values=name, template=template):
+                    problems = [f"{p.line}:{p.column} {p.desc} ({p.rule})"
+                                for p in yamllint_linter.run(text, conf)]
+                    self.assertEqual(problems, [], text)
+
+    def test_objects_validate_against_kubernetes_schemas(self):
+        for name, values in VALUE_SETS.items():
+            for obj in objects(values):
+                if obj["apiVersion"].startswith(CRD_GROUPS):
+                    continue  # Custom resources: see the structural tests below.
+                with self.subTest(values=name, kind=obj["kind"], name=obj["metadata"]["name"]):
+                    try:
+                        kubernetes_validate.validate(obj, KUBE_VERSION, strict=True)
+                    except kubernetes_validate.ValidationError as e:
+                        self.fail(f"{obj['kind']}/{obj['metadata']['name']}: {e.message} at {list(e.path)}")
+
+
+class ChartShapeTest(unittest.TestCase):
+    def test_worker_pods_are_tp_times_replicas(self):
+        for name, values in VALUE_SETS.items():
+            with self.subTest(values=name):
+                v = merged(values)
+                objs = objects(values)
+                sts = by_kind(objs, "StatefulSet")
+                lws = by_kind(objs, "LeaderWorkerSet")
+                self.assertEqual(len(sts) + len(lws), 1, "exactly one worker workload")
+                if sts:
+                    pods = sts[0]["spec"]["replicas"]
+                else:
+                    spec = lws[0]["spec"]
+                    pods = spec["replicas"] * spec["leaderWorkerTemplate"]["size"]
+                    self.assertEqual(spec["leaderWorkerTemplate"]["size"], v["tp"])
+                self.assertEqual(pods, v["tp"] * v["replicas"])
+                coordinator = component_template(objs, "coordinator")["spec"]["containers"][0]
+                self.assertIn(f"--tp={v['tp']}", coordinator["args"])
+                self.assertIn(f"--replicas={v['replicas']}", coordinator["args"])
+
+    def test_gpu_requests_follow_values(self):
+        objs = objects(VALUE_SETS["gpu_tp8_x2"])
+        worker = component_template(objs, "worker")["spec"]["containers"][0]
+        self.assertEqual(worker["resources"]["limits"]["nvidia.com/gpu"], 1)
+        self.assertEqual(worker["resources"]["requests"]["nvidia.com/gpu"], 1)
+        self.assertIn("--device=cuda", worker["args"][0])
+        self.assertTrue(worker["image"].endswith("-cuda"), worker["image"])
+        # The coordinator never touches a GPU.
+        coordinator = component_template(objs, "coordinator")["spec"]["containers"][0]
+        self.assertNotIn("nvidia.com/gpu", str(coordinator["resources"]))
+        self.assertTrue(coordinator["image"].endswith("-cpu"), coordinator["image"])
+
+        other = objects({"worker": {"gpusPerWorker": 2, "gpuResource": "amd.com/gpu"}})
+        worker = component_template(other, "worker")["spec"]["containers"][0]
+        self.assertEqual(worker["resources"]["limits"]["amd.com/gpu"], 2)
+
+    def test_cpu_mode_requests_no_accelerator(self):
+        objs = objects({})
+        worker = component_template(objs, "worker")["spec"]["containers"][0]
+        self.assertNotIn("gpu", str(worker["resources"]))
+        self.assertIn("--device=cpu", worker["args"][0])
+        self.assertTrue(worker["image"].endswith("-cpu"), worker["image"])
+
+    def test_probes_hit_the_health_endpoints_on_the_right_ports(self):
+        for name, values in VALUE_SETS.items():
+            with self.subTest(values=name):
+                v = merged(values)
+                objs = objects(values)
+                c = component_template(objs, "coordinator")["spec"]["containers"][0]
+                self.assertEqual(c["readinessProbe"]["httpGet"]["path"], "/readyz")
+                self.assertEqual(probe_port(c, "readinessProbe"), v["coordinator"]["metricsPort"])
+                self.assertEqual(c["livenessProbe"]["httpGet"]["path"], "/healthz")
+                self.assertEqual(probe_port(c, "livenessProbe"), v["coordinator"]["metricsPort"])
+                self.assertEqual(probe_port(c, "startupProbe"), v["coordinator"]["metricsPort"])
+                self.assertIn(f"--metrics-port={v['coordinator']['metricsPort']}", c["args"])
+                self.assertIn(f"--port={v['coordinator']['port']}", c["args"])
+
+                w = component_template(objs, "worker")["spec"]["containers"][0]
+                self.assertIn("grpc", w["readinessProbe"])
+                self.assertEqual(probe_port(w, "readinessProbe"), v["worker"]["port"])
+                self.assertEqual(probe_port(w, "startupProbe"), v["worker"]["port"])
+                self.assertEqual(w["livenessProbe"]["httpGet"]["path"], "/healthz")
+                self.assertEqual(probe_port(w, "livenessProbe"), v["worker"]["metricsPort"])
+                self.assertIn(f"--listen=0.0.0.0:{v['worker']['port']}", w["args"][0])
+                self.assertIn(f"--metrics-port={v['worker']['metricsPort']}", w["args"][0])
+
+    def test_services_route_to_the_pods(self):
+        objs = objects({})
+        coordinator = component_template(objs, "coordinator")
+        worker = component_template(objs, "worker")
+        services = {s["metadata"]["name"]: s for s in by_kind(objs, "Service")}
+        api = services[f"{RELEASE}-tessera-coordinator"]
+        cluster = services[f"{RELEASE}-tessera-cluster"]
+        workers = services[f"{RELEASE}-tessera-worker"]
+        for svc, pod in ((api, coordinator), (cluster, coordinator), (workers, worker)):
+            self.assertTrue(selects({"matchLabels": svc["spec"]["selector"]}, pod["metadata"]["labels"]))
+            container = pod["spec"]["containers"][0]
+            for port in svc["spec"]["ports"]:
+                named_port(container, port["targetPort"])
+        self.assertEqual(workers["spec"]["clusterIP"], "None")
+        # Workers register before the coordinator is ready.
+        self.assertTrue(cluster["spec"]["publishNotReadyAddresses"])
+        self.assertIn(f"--coordinator={RELEASE}-tessera-cluster.{NAMESPACE}.svc:50052", worker["spec"]["containers"][0]["args"][0])
+        sts = by_kind(objs, "StatefulSet")[0]
+        self.assertEqual(sts["spec"]["serviceName"], workers["metadata"]["name"])
+
+    def test_network_policies_select_the_pods_and_admit_only_peers(self):
+        for name in ("defaults", "multinode_lws", "monitoring"):
+            with self.subTest(values=name):
+                v = merged(VALUE_SETS[name])
+                objs = objects(VALUE_SETS[name])
+                coordinator = component_template(objs, "coordinator")["metadata"]["labels"]
+                worker = component_template(objs, "worker")["metadata"]["labels"]
+                policies = by_kind(objs, "NetworkPolicy")
+                self.assertEqual(len(policies), 2)
+                for_workers = [p for p in policies if selects(p["spec"]["podSelector"], worker)]
+                for_coordinator = [p for p in policies if selects(p["spec"]["podSelector"], coordinator)]
+                self.assertEqual(len(for_workers), 1)
+                self.assertEqual(len(for_coordinator), 1)
+                self.assertFalse(selects(for_workers[0]["spec"]["podSelector"], coordinator))
+
+                # Workers: every rule either names its sources (the coordinator and worker
+                # pods) or opens only the metrics port.
+                peers = []
+                for rule in for_workers[0]["spec"]["ingress"]:
+                    if "ports" in rule:
+                        self.assertEqual([p["port"] for p in rule["ports"]], [v["worker"]["metricsPort"]])
+                        continue
+                    self.assertIn("from", rule)
+                    for src in rule["from"]:
+                        self.assertEqual(set(src), {"podSelector"}, "peers are pods of this release only")
+                        peers.append(src["podSelector"])
+                self.assertTrue(any(selects(p, coordinator) for p in peers))
+                self.assertTrue(any(selects(p, worker) for p in peers))
+                self.assertTrue(all(selects(p, coordinator) or selects(p, worker) for p in peers))
+
+                # Coordinator: workers reach it on any port (the rendezvous store's port is
+                # chosen at run time); everyone else only on the API and metrics ports.
+                open_ports = set()
+                for rule in for_coordinator[0]["spec"]["ingress"]:
+                    if "ports" in rule:
+                        open_ports.update(p["port"] for p in rule["ports"])
+                    else:
+                        self.assertTrue(all(selects(src["podSelector"], worker) for src in rule["from"]))
+                self.assertEqual(open_ports, {v["coordinator"]["port"], v["coordinator"]["metricsPort"]})
+
+    def test_pods_are_locked_down(self):
+        for name, values in VALUE_SETS.items():
+            for kind, t in pod_templates(objects(values)):
+                with self.subTest(values=name, pod=t["metadata"].get("name", kind)):
+                    spec = t["spec"]
+                    self.assertTrue(spec["securityContext"]["runAsNonRoot"])
+                    self.assertFalse(spec["automountServiceAccountToken"])
+                    for c in spec["containers"] + spec.get("initContainers", []):
+                        sc = c["securityContext"]
+                        self.assertTrue(sc["readOnlyRootFilesystem"], c["name"])
+                        self.assertFalse(sc["allowPrivilegeEscalation"], c["name"])
+                        self.assertEqual(sc["capabilities"]["drop"], ["ALL"], c["name"])
+                    if kind != "Pod":
+                        mounts = {m["mountPath"] for m in spec["containers"][0]["volumeMounts"]}
+                        self.assertIn("/tmp", mounts, "a writable /tmp on a read-only root")
+
+    def test_workers_get_a_memory_backed_dev_shm(self):
+        objs = objects(VALUE_SETS["gpu_tp8_x2"])
+        spec = component_template(objs, "worker")["spec"]
+        volumes = {v["name"]: v for v in spec["volumes"]}
+        mount = [m for m in spec["containers"][0]["volumeMounts"] if m["mountPath"] == "/dev/shm"]
+        self.assertEqual(len(mount), 1)
+        shm = volumes[mount[0]["name"]]
+        self.assertEqual(shm["emptyDir"]["medium"], "Memory")
+        self.assertEqual(shm["emptyDir"]["sizeLimit"], "16Gi")
+
+    def test_placement_values_reach_the_worker_pods(self):
+        values = VALUE_SETS["gpu_tp8_x2"]
+        spec = component_template(objects(values), "worker")["spec"]
+        self.assertEqual(spec["nodeSelector"], values["worker"]["nodeSelector"])
+        self.assertEqual(spec["tolerations"], values["worker"]["tolerations"])
+        self.assertEqual(spec["topologySpreadConstraints"], values["worker"]["topologySpreadConstraints"])
+
+    def test_coordinator_drains_before_it_is_killed(self):
+        v = merged({})
+        objs = objects({})
+        spec = component_template(objs, "coordinator")["spec"]
+        c = spec["containers"][0]
+        drain = v["coordinator"]["drainTimeoutSeconds"]
+        sleep = v["coordinator"]["preStopSleepSeconds"]
+        self.assertIn(f"--drain-timeout-seconds={drain}", c["args"])
+        self.assertEqual(c["lifecycle"]["preStop"]["exec"]["command"], ["/bin/sleep", str(sleep)])
+        self.assertGreater(spec["terminationGracePeriodSeconds"], drain + sleep)
+        # A grace period shorter than the drain is refused at render time.
+        with self.assertRaises(helm_python.HelmRenderError) as e:
+            render({"coordinator": {"drainTimeoutSeconds": 120, "terminationGracePeriodSeconds": 60}})
+        self.assertIn("terminationGracePeriodSeconds", str(e.exception))
+
+    def test_leader_worker_set_places_multi_node_groups(self):
+        objs = objects(VALUE_SETS["multinode_lws"])
+        lws = by_kind(objs, "LeaderWorkerSet")[0]
+        self.assertEqual(lws["apiVersion"], "leaderworkerset.x-k8s.io/v1")
+        spec = lws["spec"]
+        self.assertEqual(spec["replicas"], 2)
+        self.assertEqual(spec["leaderWorkerTemplate"]["size"], 16)
+        self.assertEqual(spec["leaderWorkerTemplate"]["subGroupPolicy"]["subGroupSize"], 8)
+        self.assertEqual(spec["leaderWorkerTemplate"]["restartPolicy"], "RecreateGroupOnPodRestart")
+        annotations = lws["metadata"]["annotations"]
+        self.assertEqual(annotations["leaderworkerset.sigs.k8s.io/exclusive-topology"], "topology.kubernetes.io/zone")
+        self.assertEqual(annotations["leaderworkerset.sigs.k8s.io/subgroup-exclusive-topology"], "kubernetes.io/hostname")
+        # The embedded pod template is a valid core/v1 PodTemplateSpec.
+        template = {"apiVersion": "v1", "kind": "PodTemplate",
+                    "metadata": {"name": "lws-worker"}, "template": spec["leaderWorkerTemplate"]["workerTemplate"]}
+        kubernetes_validate.validate(template, KUBE_VERSION, strict=True)
+        args = spec["leaderWorkerTemplate"]["workerTemplate"]["spec"]["containers"][0]["args"][0]
+        self.assertIn('--rank-hint="${LWS_WORKER_INDEX}"', args)
+        self.assertIn('--replica-hint="${GROUP_INDEX}"', args)
+        with self.assertRaises(helm_python.HelmRenderError):
+            render({"tp": 12, "leaderWorkerSet": {"enabled": True, "subGroupSize": 8}})
+
+    def test_monitoring_objects(self):
+        objs = objects(VALUE_SETS["monitoring"])
+        services = by_kind(objs, "Service")
+        monitors = by_kind(objs, "ServiceMonitor")
+        self.assertEqual(len(monitors), 2)
+        for m in monitors:
+            self.assertEqual(m["apiVersion"], "monitoring.coreos.com/v1")
+            self.assertEqual(m["metadata"]["labels"]["release"], "prometheus")
+            matched = [s for s in services if selects(m["spec"]["selector"], s["metadata"]["labels"])
+                       and any(p["name"] == "metrics" for p in s["spec"]["ports"])]
+            self.assertEqual(len(matched), 1, m["metadata"]["name"])
+            self.assertEqual(m["spec"]["endpoints"][0]["port"], "metrics")
+        rule = by_kind(objs, "PrometheusRule")[0]
+        alerts = {r["alert"]: r for g in rule["spec"]["groups"] for r in g["rules"]}
+        self.assertEqual(set(alerts), {"TesseraNoReadyGroup", "TesseraTimeToFirstTokenP99OverSLO", "TesseraKVCacheNearlyFull",
+                                       "TesseraHighErrorRatio", "TesseraWorkerDown"})
+        self.assertIn("> 0.95", alerts["TesseraKVCacheNearlyFull"]["expr"])
+        self.assertEqual(alerts["TesseraKVCacheNearlyFull"]["for"], "10m")
+        self.assertIn(f'service="{RELEASE}-tessera-coordinator"', alerts["TesseraHighErrorRatio"]["expr"])
+        self.assertIn(f'service="{RELEASE}-tessera-worker"', alerts["TesseraWorkerDown"]["expr"])
+        # Monitoring is opt-in: no custom resources a cluster without the operator would refuse.
+        self.assertEqual([o for o in objects({}) if o["apiVersion"].startswith(CRD_GROUPS)], [])
+
+    def test_model_storage_sources(self):
+        pvc = component_template(objects({}), "worker")["spec"]["volumes"]
+        self.assertEqual(pvc[0]["persistentVolumeClaim"]["claimName"], "tessera-models")
+        host = component_template(objects(VALUE_SETS["gpu_tp8_x2"]), "worker")["spec"]["volumes"]
+        self.assertEqual(host[0]["hostPath"]["type"], "Directory")
+        objs = objects(VALUE_SETS["object_store"])
+        for component in ("coordinator", "worker"):
+            spec = component_template(objs, component)["spec"]
+            self.assertEqual(spec["imagePullSecrets"], [{"name": "registry"}])
+            init = spec["initContainers"][0]
+            self.assertEqual(init["args"][:3], ["copy", ":s3:models/llama", "/models/llama"])
+            self.assertIn("emptyDir", spec["volumes"][0])
+        with self.assertRaises(helm_python.HelmRenderError):
+            render({"model": {"source": "objectStore"}})
+
+    def test_helm_test_pod_sends_one_generate(self):
+        pods = by_kind(objects({}), "Pod")
+        self.assertEqual(len(pods), 1)
+        pod = pods[0]
+        self.assertEqual(pod["metadata"]["annotations"]["helm.sh/hook"], "test")
+        c = pod["spec"]["containers"][0]
+        self.assertEqual(c["command"], ["tessera"])
+        self.assertEqual(c["args"][0], "generate")
+        self.assertIn(f"--server={RELEASE}-tessera-coordinator.{NAMESPACE}.svc:50051", c["args"])
+        self.assertIn("--max-tokens=4", c["args"])
+        self.assertEqual(pod["spec"]["restartPolicy"], "Never")
+
+
+class ReadmeExampleTest(unittest.TestCase):
+    def test_the_70b_example_in_the_readme_deploys(self):
+        text = open(os.path.join(SOURCE_DIR, "README.md")).read()
+        section = text.split("## Deploy on Kubernetes", 1)[1]
+        example = yaml.safe_load(section.split("```yaml", 1)[1].split("```", 1)[0])
+        with helm_python.Chart.load(CHART_DIR) as chart:
+            chart.validate_schema(merged(example))
+        objs = objects(example)
+        lws = by_kind(objs, "LeaderWorkerSet")[0]["spec"]
+        self.assertEqual(lws["replicas"] * lws["leaderWorkerTemplate"]["size"], 16)
+        worker = lws["leaderWorkerTemplate"]["workerTemplate"]["spec"]["containers"][0]
+        self.assertEqual(worker["resources"]["limits"]["nvidia.com/gpu"], 1)
+        for obj in objs:
+            if not obj["apiVersion"].startswith(CRD_GROUPS):
+                kubernetes_validate.validate(obj, KUBE_VERSION, strict=True)
+
+
+class ValuesSchemaTest(unittest.TestCase):
+    def assertRejected(self, values, where):
+        with helm_python.Chart.load(CHART_DIR) as chart:
+            with self.assertRaises(helm_python.HelmValuesError) as e:
+                chart.validate_schema(merged(values))
+        self.assertIn(where, str(e.exception))
+
+    def test_value_sets_are_accepted(self):
+        with helm_python.Chart.load(CHART_DIR) as chart:
+            for name, values in VALUE_SETS.items():
+                with self.subTest(values=name):
+                    chart.validate_schema(merged(values))
+
+    def test_tp_must_be_a_positive_integer(self):
+        for bad in (0, -8, 1.5, "8"):
+            with self.subTest(tp=bad):
+                self.assertRejected({"tp": bad}, "/tp")
+
+    def test_replicas_must_be_positive(self):
+        for bad in (0, -1, "2"):
+            with self.subTest(replicas=bad):
+                self.assertRejected({"replicas": bad}, "/replicas")
+
+    def test_gpu_resource_must_be_an_extended_resource_name(self):
+        for bad in ("gpu", "nvidia.com/", "/gpu", "NVIDIA.com/gpu", "nvidia.com/gpu count", "cpu"):
+            with self.subTest(gpuResource=bad):
+                self.assertRejected({"worker": {"gpuResource": bad}}, "/worker/gpuResource")
+        for bad in (-1, 0.5):
+            with self.subTest(gpusPerWorker=bad):
+                self.assertRejected({"worker": {"gpusPerWorker": bad}}, "/worker/gpusPerWorker")
+
+    def test_other_impossible_values(self):
+        self.assertRejected({"coordinator": {"port": 70000}}, "/coordinator/port")
+        self.assertRejected({"model": {"source": "s3"}}, "/model/source")
+        self.assertRejected({"model": {"path": "relative/dir"}}, "/model/path")
+        self.assertRejected({"coordinator": {"kvMemoryFraction": 1.5}}, "/coordinator/kvMemoryFraction")
+        # A typo is an error, not a silently ignored key.
+        self.assertRejected({"worker": {"gpus": 8}}, "/worker")
+        self.assertRejected({"replica": 2}, "replica")
+
+    def test_install_refuses_bad_values(self):
+        with self.assertRaises(helm_python.HelmValuesError):
+            render({"tp": 0})
+
+
+if __name__ == "__main__":
+    unittest.main()

@@ -186,7 +186,11 @@ TEST(ServingCancelTest, DeadlineEndsUnaryCallAndFreesBlocks) {
 // A rank that dies fails its group's requests quickly and visibly; nothing hangs.
 TEST(ServingFailureTest, KilledWorkerFailsRequestsWithUnavailable) {
   TESSERA_REQUIRE_STORIES_MODEL();
-  auto cluster = StartStories(/*tp=*/2);
+  testing::ClusterOptions options;
+  // The surviving rank waits in a collective for its dead peer until this timeout; a
+  // short one lets it (and the test) finish sooner.
+  options.coordinator_flags = {"--collective-timeout-ms", "2000"};
+  auto cluster = StartStories(/*tp=*/2, /*replicas=*/1, options);
   ASSERT_NE(cluster, nullptr);
   const std::vector<pid_t> workers = cluster->worker_pids();
   ASSERT_EQ(workers.size(), 2u);
@@ -229,6 +233,7 @@ TEST(ServingFailureTest, KilledWorkerFailsRequestsWithUnavailable) {
   ASSERT_TRUE(info.ok()) << info.status();
   EXPECT_EQ(info->ready_replicas(), 0u);
   EXPECT_TRUE(cluster->Running(cluster->coordinator().pid)) << cluster->Logs();
+  EXPECT_TRUE(cluster->Running(workers[0])) << "the surviving rank crashed\n" << cluster->Logs();
 }
 
 }  // namespace

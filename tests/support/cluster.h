@@ -225,6 +225,7 @@ class Cluster {
         }
         std::this_thread::sleep_for(std::chrono::milliseconds(20));
       }
+      Reap(p, /*block=*/false);
       if (p.pid > 0 && !p.reaped) {
         std::fprintf(stderr, "cluster: %s (pid %d) ignored SIGTERM for %lld ms; killing it\n",
                      p.name.c_str(), p.pid, static_cast<long long>(grace.count()));

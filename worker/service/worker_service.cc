@@ -18,6 +18,25 @@
 namespace tessera {
 namespace {
 
+// Where and how a rank joins its group, from the coordinator's ConfigureRequest.
+struct Rendezvous {
+  std::string store_host;
+  int store_port = 0;
+  std::chrono::milliseconds timeout{30000};
+};
+
+absl::StatusOr<Rendezvous> RendezvousOf(const v1::ConfigureRequest& r) {
+  Rendezvous rv;
+  const std::string& addr = r.rendezvous_address();
+  const size_t colon = addr.rfind(':');
+  if (colon == std::string::npos || !absl::SimpleAtoi(addr.substr(colon + 1), &rv.store_port)) {
+    return absl::InvalidArgumentError(absl::StrCat("bad rendezvous address \"", addr, "\""));
+  }
+  rv.store_host = addr.substr(0, colon);
+  if (r.collective_timeout_ms() > 0) rv.timeout = std::chrono::milliseconds(r.collective_timeout_ms());
+  return rv;
+}
+
 #if defined(TESSERA_HAVE_NCCL)
 // Rank 0 creates the NCCL unique id and publishes it in the coordinator's key-value store
 // under the group's rendezvous prefix; the other ranks wait for it there. An id the
@@ -25,16 +44,10 @@ namespace {
 absl::StatusOr<std::string> NcclUniqueId(const v1::ConfigureRequest& r,
                                          std::chrono::milliseconds timeout) {
   if (!r.nccl_unique_id().empty()) return r.nccl_unique_id();
-  const std::string& addr = r.rendezvous_address();
-  const size_t colon = addr.rfind(':');
-  int port = 0;
-  if (colon == std::string::npos || !absl::SimpleAtoi(addr.substr(colon + 1), &port)) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("bad rendezvous address \"", addr, "\" for the NCCL unique id"));
-  }
+  ASSIGN_OR_RETURN(const Rendezvous rv, RendezvousOf(r));
   const absl::Duration wait = absl::FromChrono(timeout);
   ASSIGN_OR_RETURN(std::unique_ptr<KvStoreClient> store,
-                   KvStoreClient::Connect(addr.substr(0, colon), port, wait));
+                   KvStoreClient::Connect(rv.store_host, rv.store_port, wait));
   const std::string key = absl::StrCat(r.rendezvous_prefix(), "/nccl_unique_id");
   if (r.rank() == 0) {
     ASSIGN_OR_RETURN(std::string id, GenerateNcclUniqueId());
@@ -93,39 +106,29 @@ absl::StatusOr<std::unique_ptr<Communicator>> MakeCommunicator(const v1::Configu
                      "\" works on host memory; a CUDA worker needs \"nccl\""));
   }
   if (r.communicator() == "gloo") {
+    ASSIGN_OR_RETURN(const Rendezvous rv, RendezvousOf(r));
     GlooCommunicatorOptions o;
-    const std::string& addr = r.rendezvous_address();
-    const size_t colon = addr.rfind(':');
-    if (colon == std::string::npos) {
-      return absl::InvalidArgumentError(absl::StrCat("bad rendezvous address \"", addr, "\""));
-    }
-    o.store_host = addr.substr(0, colon);
-    o.store_port = std::stoi(addr.substr(colon + 1));
+    o.store_host = rv.store_host;
+    o.store_port = rv.store_port;
     o.prefix = r.rendezvous_prefix();
     o.rank = static_cast<int>(r.rank());
     o.world_size = static_cast<int>(r.world_size());
     o.bind_host = r.advertise_host().empty() ? host : r.advertise_host();
-    o.timeout = std::chrono::milliseconds(r.collective_timeout_ms() > 0 ? r.collective_timeout_ms() : 30000);
-    auto comm = GlooCommunicator::Create(o);
-    if (!comm.ok()) return comm.status();
-    return std::unique_ptr<Communicator>(std::move(*comm));
+    o.timeout = rv.timeout;
+    ASSIGN_OR_RETURN(std::unique_ptr<GlooCommunicator> comm, GlooCommunicator::Create(o));
+    return std::unique_ptr<Communicator>(std::move(comm));
   }
   if (r.communicator() == "shm") {
+    ASSIGN_OR_RETURN(const Rendezvous rv, RendezvousOf(r));
     ShmCommunicatorOptions o;
-    const std::string& addr = r.rendezvous_address();
-    const size_t colon = addr.rfind(':');
-    if (colon == std::string::npos) {
-      return absl::InvalidArgumentError(absl::StrCat("bad rendezvous address \"", addr, "\""));
-    }
-    o.store_host = addr.substr(0, colon);
-    o.store_port = std::stoi(addr.substr(colon + 1));
+    o.store_host = rv.store_host;
+    o.store_port = rv.store_port;
     o.prefix = r.rendezvous_prefix();
     o.rank = static_cast<int>(r.rank());
     o.world_size = static_cast<int>(r.world_size());
-    o.timeout = std::chrono::milliseconds(r.collective_timeout_ms() > 0 ? r.collective_timeout_ms() : 30000);
-    auto comm = ShmCommunicator::Create(o);
-    if (!comm.ok()) return comm.status();
-    return std::unique_ptr<Communicator>(std::move(*comm));
+    o.timeout = rv.timeout;
+    ASSIGN_OR_RETURN(std::unique_ptr<ShmCommunicator> comm, ShmCommunicator::Create(o));
+    return std::unique_ptr<Communicator>(std::move(comm));
   }
   return absl::UnimplementedError(
       absl::StrCat("communicator \"", r.communicator(), "\" is not available in this build"));

@@ -165,6 +165,7 @@ absl::Status Checkpoint::ReadSlice(absl::string_view name, Range rows, Range col
     }
   }
   bytes_read_.fetch_add(static_cast<uint64_t>(rows.size() * cols.size()) * src_elem);
+  loc.file->ReleasePages(info);
   return absl::OkStatus();
 }
 

@@ -344,4 +344,11 @@ absl::Status SafetensorsWriter::Write(
   return absl::OkStatus();
 }
 
+void SafetensorsFile::ReleasePages(const TensorInfo& info) const {
+  const uintptr_t page = static_cast<uintptr_t>(sysconf(_SC_PAGESIZE));
+  const auto begin = reinterpret_cast<uintptr_t>(Data(info)) & ~(page - 1);
+  const uintptr_t end = reinterpret_cast<uintptr_t>(Data(info) + info.num_bytes());
+  if (end > begin) madvise(reinterpret_cast<void*>(begin), end - begin, MADV_DONTNEED);
+}
+
 }  // namespace tessera

@@ -47,6 +47,10 @@ class SafetensorsFile {
   // Start of the tensor's bytes inside the mapping (valid while this object lives).
   const uint8_t* Data(const TensorInfo& info) const { return data_ + info.data_begin; }
   const std::map<std::string, std::string>& metadata() const { return metadata_; }
+  // Drops this process's mapped pages of the tensor (the page cache keeps them): a loader
+  // calls it once a tensor's slice is copied, so resident memory stays near the slice
+  // size instead of growing with every page the strided reads touched.
+  void ReleasePages(const TensorInfo& info) const;
 
  private:
   SafetensorsFile() = default;

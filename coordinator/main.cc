@@ -212,8 +212,9 @@ int main(int argc, char** argv) {
   } else {
     std::fprintf(stderr, "tessera-coordinator: drained; exiting\n");
   }
-  // The grace lets handlers write the final message of requests that just finished.
-  public_server->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(5));
+  // The grace lets handlers (which poll every 20 ms) write the final message of requests
+  // that just finished; idle client connections would otherwise hold it to the end.
+  public_server->Shutdown(std::chrono::system_clock::now() + std::chrono::milliseconds(500));
   cluster_server->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(1));
   engine.Stop();
   metrics_server.reset();

@@ -195,7 +195,9 @@ TEST(ServingApiTest, LogprobsDescribeTheChosenTokens) {
     double mass = 0;
     for (int k = 0; k < lp.top_size(); ++k) {
       EXPECT_LE(lp.top(k).logprob(), 0.0f);
-      if (k > 0) EXPECT_LE(lp.top(k).logprob(), lp.top(k - 1).logprob());
+      if (k > 0) {
+        EXPECT_LE(lp.top(k).logprob(), lp.top(k - 1).logprob());
+      }
       mass += std::exp(lp.top(k).logprob());
     }
     EXPECT_LE(mass, 1.0 + 1e-4);

@@ -73,13 +73,14 @@ inline bool Accepts(int port) {
   return ok;
 }
 
-// Resident memory of a live process in bytes (VmRSS from /proc/<pid>/status), 0 if unknown.
-inline uint64_t ResidentBytes(pid_t pid) {
+// A memory field of /proc/<pid>/status in bytes ("VmRSS", "RssAnon", "RssFile", "VmHWM"),
+// 0 if unknown.
+inline uint64_t ProcStatusBytes(pid_t pid, const std::string& field = "VmRSS") {
   std::ifstream in("/proc/" + std::to_string(pid) + "/status");
   std::string line;
   while (std::getline(in, line)) {
-    if (line.rfind("VmRSS:", 0) == 0) {
-      std::istringstream fields(line.substr(6));
+    if (line.rfind(field + ":", 0) == 0) {
+      std::istringstream fields(line.substr(field.size() + 1));
       uint64_t kib = 0;
       fields >> kib;
       return kib * 1024;

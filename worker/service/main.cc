@@ -1,6 +1,7 @@
 // tessera-worker: one tensor-parallel rank. Registers with the coordinator, then serves
 // the Worker service (configure, load shard, init cache, execute steps).
 #include <csignal>
+#include <cstdlib>
 #include <cstdio>
 #include <memory>
 #include <string>
@@ -110,7 +111,12 @@ int main(int argc, char** argv) {
   std::signal(SIGINT, OnSignal);
 
   // Register, retrying while the coordinator starts.
-  auto channel = grpc::CreateChannel(coordinator, grpc::InsecureChannelCredentials());
+  // Retry quickly while the coordinator starts instead of gRPC's default 1 s+ backoff.
+  grpc::ChannelArguments channel_args;
+  channel_args.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, 100);
+  channel_args.SetInt(GRPC_ARG_MIN_RECONNECT_BACKOFF_MS, 100);
+  channel_args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, 500);
+  auto channel = grpc::CreateCustomChannel(coordinator, grpc::InsecureChannelCredentials(), channel_args);
   auto stub = tessera::v1::Cluster::NewStub(channel);
   tessera::v1::RegisterWorkerRequest request;
   request.set_address(address);
@@ -146,5 +152,8 @@ int main(int argc, char** argv) {
   }
   server->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(2));
   metrics_server.reset();
-  return 0;
+  // A step handler may still be blocked in a collective whose peer died; the worker keeps
+  // no durable state, so leave without waiting for it.
+  std::fflush(nullptr);
+  std::_Exit(0);
 }

@@ -11,6 +11,10 @@
 namespace tessera::kernels {
 namespace {
 
+// Multiply-adds (over all tokens, heads and context positions) below which one thread
+// finishes sooner than the pool can hand out the work.
+constexpr int64_t kMinParallelAttentionWork = int64_t{1} << 17;
+
 // Upper bound on the query heads one work unit handles (sizes a stack array).
 constexpr int kMaxHeadsPerUnit = 64;
 
@@ -131,7 +135,11 @@ void PagedAttentionAtLevel(SimdLevel level, const float* q, int q_stride,
     }
   };
   const int64_t units = static_cast<int64_t>(batch.num_tokens) * runs;
-  if (pool == nullptr || units == 1) {
+  // Waking the pool costs microseconds: small models' decode steps run faster inline.
+  int64_t work = 0;
+  for (int t = 0; t < batch.num_tokens; ++t) work += tokens[t].position + 1;
+  work *= static_cast<int64_t>(num_q_heads) * head_dim;
+  if (pool == nullptr || units == 1 || work < kMinParallelAttentionWork) {
     run(0, units);
   } else {
     pool->ParallelFor(units, 1, run);

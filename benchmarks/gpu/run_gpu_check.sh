@@ -1,33 +1,95 @@
 #!/usr/bin/env bash
 # One-command GPU check: configures and builds the CUDA backend, the gpu tests and gpu_bench
 # (Release, one architecture, only those targets), runs `ctest -L gpu`, then gpu_bench,
-# writing benchmarks/results/gpu_check-<date>.json and printing its table.
-# Installs nothing and downloads nothing; says what is missing instead.
+# writing benchmarks/results/gpu_check-<date>.json and printing its table and a summary.
+# Installs nothing system-wide and downloads nothing. benchmarks/gpu/README.md says how to
+# run it on the lent GPU machine.
+#
+# Two ways to build, chosen by GPU_CHECK_MODE (default auto):
+#   full      every Debian 12 dev package is installed (scripts/setup.sh): the gpu tests include
+#             `tessera run --device cuda` (cli_run_cuda_test) and a coordinator with a CUDA
+#             worker (serving_cuda_test).
+#   gpu-only  a machine with nvcc, CMake and ninja but no -dev packages (the lent H200):
+#             unpacks the .deb files benchmarks/gpu/fetch_deps.sh put in DEPS_DIR into
+#             DEPS_PREFIX and builds with -DTESSERA_GPU_CHECK_ONLY=ON: both kernel backends,
+#             the CUDA forward pass and their tests, no gRPC, protobuf, prometheus-cpp or Gloo
+#             (so no cli_run_cuda_test or serving_cuda_test).
+#   auto      full where gRPC's and Gloo's CMake files are installed, else gpu-only when
+#             DEPS_DIR holds .deb files, else full (which then says what is missing).
 #
 # Environment:
+#   GPU_CHECK_MODE     auto, full or gpu-only
+#   DEPS_DIR           fetch_deps.sh's folder: .deb files and stories260K (default .gpu-deps)
+#   DEPS_PREFIX        where gpu-only unpacks the .deb files (default /tmp/tessera-deps)
+#   TIME_BUDGET        seconds for the whole script; each step's timeout is cut to fit
+#                      (default 450 in gpu-only mode, 1200 in full mode)
 #   BUILD_DIR          build folder (default build-gpu-check)
 #   CUDA_ARCH          CMAKE_CUDA_ARCHITECTURES (default 90a: H100/H200)
 #   JOBS               parallel compile jobs (default: all cores)
+#   CTEST_JOBS         tests run at once on the device (default 4)
 #   TESSERA_CMAKE_ARGS extra CMake arguments, e.g. -DCMAKE_PREFIX_PATH=/opt/deps
 #   GPU_BENCH_ARGS     extra gpu_bench arguments, e.g. "--layers 8 --batches 1,64"
 #   OUT_JSON           where the JSON goes (default benchmarks/results/gpu_check-<date>.json)
+#   OUT                when set (the device tool sets it), the JSON, the logs and the summary
+#                      are copied there as well
 set -uo pipefail
 cd "$(dirname "$0")/../.." || exit 1
 ROOT=$(pwd)
 BUILD_DIR=${BUILD_DIR:-build-gpu-check}
 CUDA_ARCH=${CUDA_ARCH:-90a}
 JOBS=${JOBS:-$(nproc)}
+CTEST_JOBS=${CTEST_JOBS:-4}
+DEPS_DIR=${DEPS_DIR:-.gpu-deps}
+DEPS_PREFIX=${DEPS_PREFIX:-/tmp/tessera-deps}
+MODE=${GPU_CHECK_MODE:-auto}
+MULTIARCH=x86_64-linux-gnu  # the .deb files fetch_deps.sh downloads are amd64
 STAMP=$(date -u +%Y%m%d-%H%M%S)
 OUT_JSON=${OUT_JSON:-benchmarks/results/gpu_check-${STAMP}.json}
-# The gpu-labelled tests: kernels against the CPU, stories260K through the worker's forward
-# pass (cuda_forward_test), `tessera run --device cuda` (cli_run_cuda_test) and a coordinator
-# with a CUDA worker (serving_cuda_test, which builds both binaries).
-TARGETS=(tessera_kernels_cuda kernels_cuda_test cuda_forward_test tessera cli_run_cuda_test
-         serving_cuda_test gpu_bench)
 start=$(date +%s)
 
 say() { printf '[gpu-check %4ss] %s\n' "$(($(date +%s) - start))" "$*"; }
-die() { printf 'gpu-check: %s\n' "$*" >&2; exit "${2:-1}"; }
+die() { printf 'gpu-check: %s\n' "$*" >&2; copy_to_out; exit "${2:-1}"; }
+# Seconds left of TIME_BUDGET, and a step's timeout: at most $1, at most what is left.
+remaining() { echo $((TIME_BUDGET - ($(date +%s) - start))); }
+step_limit() {
+  local left
+  left=$(remaining)
+  if [ "$left" -lt "$1" ]; then echo $((left > 1 ? left : 1)); else echo "$1"; fi
+}
+# Whatever exists of the results and logs goes to $OUT, which the device tool brings back.
+copy_to_out() {
+  [ -n "${OUT:-}" ] && [ -d "${OUT:-}" ] || return 0
+  local f
+  for f in "$OUT_JSON" "$BUILD_DIR/configure.log" "$BUILD_DIR/build.log" "$BUILD_DIR/ctest.log" \
+           "$BUILD_DIR/gpu_bench.log" "$BUILD_DIR/summary.txt"; do
+    [ -f "$f" ] && cp "$f" "$OUT/"
+  done
+}
+
+have_full_deps() {
+  local grpc gloo d
+  for d in /usr/lib/$MULTIARCH/cmake /usr/lib/cmake /usr/lib64/cmake /usr/local/lib/cmake \
+           /usr/share/cmake /usr/local/share/cmake; do
+    [ -f "$d/grpc/gRPCConfig.cmake" ] && grpc=1
+    [ -f "$d/Gloo/GlooConfig.cmake" ] && gloo=1
+  done
+  [ -n "${grpc:-}" ] && [ -n "${gloo:-}" ]
+}
+
+# dpkg-deb where it exists; otherwise the .deb's data archive through ar and tar.
+unpack_deb() {
+  local deb=$1 member tmp
+  if command -v dpkg-deb >/dev/null 2>&1; then
+    dpkg-deb -x "$deb" "$DEPS_PREFIX"
+    return
+  fi
+  member=$(ar t "$deb" | grep '^data\.tar') || return 1
+  tmp=$(mktemp)
+  ar p "$deb" "$member" >"$tmp" && tar -xf "$tmp" -C "$DEPS_PREFIX"
+  local rc=$?
+  rm -f "$tmp"
+  return $rc
+}
 
 # ---- Tools. nvcc is often installed but not on PATH.
 if ! command -v nvcc >/dev/null 2>&1 && [ -x /usr/local/cuda/bin/nvcc ]; then
@@ -37,9 +99,8 @@ missing=()
 for tool in cmake ninja nvcc; do
   command -v "$tool" >/dev/null 2>&1 || missing+=("$tool")
 done
-if ! command -v c++ >/dev/null 2>&1 && ! command -v g++ >/dev/null 2>&1; then
-  missing+=("a C++20 compiler (c++ or g++)")
-fi
+CXX_BIN=${CXX:-$(command -v c++ || command -v g++ || true)}
+[ -n "$CXX_BIN" ] || missing+=("a C++20 compiler (c++ or g++)")
 if [ ${#missing[@]} -gt 0 ]; then
   die "missing tools: ${missing[*]}. Install them (Debian: cmake ninja-build g++; CUDA toolkit for nvcc) and rerun; this script installs nothing." 2
 fi
@@ -47,7 +108,7 @@ cmake_version=$(cmake --version | head -1 | awk '{print $3}')
 if [ "$(printf '%s\n3.25\n' "$cmake_version" | sort -V | head -1)" != "3.25" ]; then
   die "cmake $cmake_version is too old; the project needs 3.25 or newer" 2
 fi
-say "cmake $cmake_version, ninja $(ninja --version), $(nvcc --version | tail -1)"
+say "cmake $cmake_version, ninja $(ninja --version), $(nvcc --version | tail -1), $("$CXX_BIN" --version | head -1)"
 if command -v nvidia-smi >/dev/null 2>&1; then
   say "GPU: $(nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader | head -1)"
 else
@@ -55,46 +116,144 @@ else
 fi
 command -v ccache >/dev/null 2>&1 && say "ccache found: compiles are cached"
 
-# ---- Configure (only the first time the folder is used is slow).
+# ---- Which build.
+debs=("$DEPS_DIR"/*.deb)
+[ -e "${debs[0]}" ] || debs=()
+if [ "$MODE" = auto ]; then
+  if have_full_deps; then MODE=full
+  elif [ ${#debs[@]} -gt 0 ]; then MODE=gpu-only
+  else MODE=full
+  fi
+fi
+case "$MODE" in
+  full) TIME_BUDGET=${TIME_BUDGET:-1200} ;;
+  gpu-only) TIME_BUDGET=${TIME_BUDGET:-450} ;;
+  *) die "GPU_CHECK_MODE must be auto, full or gpu-only, not '$MODE'" 2 ;;
+esac
 mkdir -p "$BUILD_DIR"
-say "configuring $BUILD_DIR (Release, CUDA arch $CUDA_ARCH)"
+rm -f "$BUILD_DIR"/{configure,build,ctest,gpu_bench}.log "$BUILD_DIR/summary.txt"
+cmake_args=(-DCMAKE_BUILD_TYPE=Release -DCMAKE_CUDA_ARCHITECTURES="$CUDA_ARCH"
+            -DTESSERA_ENABLE_CUDA=ON -DTESSERA_BUILD_TESTS=ON -DTESSERA_BUILD_BENCHMARKS=ON)
+if [ "$MODE" = full ]; then
+  # The gpu-labelled tests: kernels against the CPU, stories260K through the worker's forward
+  # pass (cuda_forward_test), `tessera run --device cuda` (cli_run_cuda_test) and a
+  # coordinator with a CUDA worker (serving_cuda_test, which builds both binaries).
+  TARGETS=(tessera_kernels_cuda kernels_cuda_test cuda_forward_test tessera cli_run_cuda_test
+           serving_cuda_test gpu_bench)
+  cmake_args+=(-DTESSERA_GPU_CHECK_ONLY=OFF)
+  say "mode full: the system's Debian dev packages"
+else
+  TARGETS=()  # everything TESSERA_GPU_CHECK_ONLY configures
+  cmake_args+=(-DTESSERA_GPU_CHECK_ONLY=ON)
+  if [ ${#debs[@]} -gt 0 ]; then
+    say "mode gpu-only: unpacking ${#debs[@]} .deb files from $DEPS_DIR into $DEPS_PREFIX"
+    if ! { rm -rf "$DEPS_PREFIX" && mkdir -p "$DEPS_PREFIX"; }; then
+      die "cannot create $DEPS_PREFIX" 3
+    fi
+    for deb in "${debs[@]}"; do
+      unpack_deb "$deb" || die "could not unpack $deb (neither dpkg-deb nor ar and tar worked)" 3
+    done
+    libdir=$DEPS_PREFIX/usr/lib/$MULTIARCH
+    # Abseil's targets link -latomic. Use the image's libatomic where its compiler has one;
+    # else link to the carried libatomic.so.1 (libatomic1 ships no libatomic.so).
+    if [ "$("$CXX_BIN" -print-file-name=libatomic.so)" != libatomic.so ] ||
+       [ "$("$CXX_BIN" -print-file-name=libatomic.a)" != libatomic.a ]; then
+      rm -f "$libdir"/libatomic.so*
+    elif [ -f "$libdir/libatomic.so.1" ]; then
+      ln -sf libatomic.so.1 "$libdir/libatomic.so"
+      say "the compiler has no libatomic; linking the carried one"
+    fi
+    # CMake finds the config files under usr/lib/<multiarch>/cmake and usr/share/cmake; the
+    # linker and the test binaries find the libraries through these two variables.
+    cmake_args+=(-DCMAKE_PREFIX_PATH="$DEPS_PREFIX/usr;$libdir/cmake")
+    export LIBRARY_PATH=$libdir${LIBRARY_PATH:+:$LIBRARY_PATH}
+    export LD_LIBRARY_PATH=$libdir${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
+    # Abseil 20220623's headers lean on <cstdint> arriving through the standard headers,
+    # which newer GCCs (13+) no longer guarantee; the image's compiler is newer than Debian 12's.
+    cmake_args+=(-DCMAKE_CXX_FLAGS="-include cstdint")
+  else
+    say "mode gpu-only: no .deb files in $DEPS_DIR, using the system's Abseil, nlohmann-json and GoogleTest"
+  fi
+fi
+# The model: the GPU machine gets the repository, not ../shared; fetch_deps.sh copies it.
+if [ -z "${TESSERA_STORIES_DIR:-}" ] && [ ! -f ../shared/models/stories260K/model.safetensors ] &&
+   [ -f "$DEPS_DIR/stories260K/model.safetensors" ]; then
+  export TESSERA_STORIES_DIR=$ROOT/$DEPS_DIR/stories260K
+  say "stories260K from $TESSERA_STORIES_DIR"
+fi
+
+# ---- Configure (only the first time the folder is used is slow).
+say "configuring $BUILD_DIR (Release, CUDA arch $CUDA_ARCH, time budget ${TIME_BUDGET}s)"
 # shellcheck disable=SC2086
-if ! cmake -S . -B "$BUILD_DIR" -G Ninja -DCMAKE_BUILD_TYPE=Release \
-     -DCMAKE_CUDA_ARCHITECTURES="$CUDA_ARCH" -DTESSERA_ENABLE_CUDA=ON \
-     -DTESSERA_BUILD_TESTS=ON -DTESSERA_BUILD_BENCHMARKS=ON ${TESSERA_CMAKE_ARGS:-} \
-     >"$BUILD_DIR/configure.log" 2>&1; then
+if ! timeout "$(step_limit 120)" cmake -S . -B "$BUILD_DIR" -G Ninja "${cmake_args[@]}" \
+     ${TESSERA_CMAKE_ARGS:-} >"$BUILD_DIR/configure.log" 2>&1; then
   echo "---- configure failed; the relevant lines of $BUILD_DIR/configure.log:" >&2
   grep -E -A3 'Could not find|Could NOT find|not found|CMake Error' "$BUILD_DIR/configure.log" \
     | head -40 >&2
-  die "CMake could not configure the project. Missing packages above are the Debian 12 dev packages the project needs (scripts/setup.sh lists them); point TESSERA_CMAKE_ARGS=-DCMAKE_PREFIX_PATH=... at a copy if they live elsewhere." 3
+  if [ "$MODE" = full ]; then
+    die "CMake could not configure the project. Missing packages above are the Debian 12 dev packages the project needs (scripts/setup.sh lists them); on a machine without them, run benchmarks/gpu/fetch_deps.sh on a Debian 12 machine and carry $DEPS_DIR (benchmarks/gpu/README.md), or point TESSERA_CMAKE_ARGS=-DCMAKE_PREFIX_PATH=... at a copy." 3
+  fi
+  die "CMake could not configure the gpu-only build; full log in $BUILD_DIR/configure.log" 3
 fi
 if ! grep -q 'CUDA backend enabled' "$BUILD_DIR/configure.log"; then
   grep -i cuda "$BUILD_DIR/configure.log" | head -10 >&2
   die "CMake did not enable CUDA (nvcc at $(command -v nvcc) was not usable); see $BUILD_DIR/configure.log" 3
 fi
+if [ "$MODE" = gpu-only ]; then
+  grep -o 'Tessera GPU check: .*' "$BUILD_DIR/configure.log" | while read -r line; do say "$line"; done
+fi
 
 # ---- Build only what the check needs.
-say "building ${TARGETS[*]} with $JOBS jobs"
-if ! timeout 600 ninja -C "$BUILD_DIR" -j "$JOBS" "${TARGETS[@]}" >"$BUILD_DIR/build.log" 2>&1; then
+build_limit=$(step_limit 360)
+say "building ${TARGETS[*]:-the TESSERA_GPU_CHECK_ONLY targets} with $JOBS jobs (limit ${build_limit}s)"
+if ! timeout "$build_limit" ninja -C "$BUILD_DIR" -j "$JOBS" "${TARGETS[@]}" \
+     >"$BUILD_DIR/build.log" 2>&1; then
   grep -E -B2 -A6 'error|FAILED' "$BUILD_DIR/build.log" | head -60 >&2
-  die "build failed (or took over 10 minutes); full log in $BUILD_DIR/build.log" 4
+  die "build failed (or took over ${build_limit}s); full log in $BUILD_DIR/build.log" 4
 fi
+say "built"
 
 # ---- Tests.
-say "running ctest -L gpu"
-timeout 240 ctest --test-dir "$BUILD_DIR" -L gpu --output-on-failure
-test_rc=$?
-if [ $test_rc -ne 0 ]; then
-  say "GPU tests FAILED (ctest exit $test_rc); running the benchmark anyway"
-fi
+test_limit=$(step_limit 180)
+say "running ctest -L gpu -j $CTEST_JOBS (limit ${test_limit}s)"
+timeout "$test_limit" ctest --test-dir "$BUILD_DIR" -L gpu -j "$CTEST_JOBS" --output-on-failure \
+  2>&1 | tee "$BUILD_DIR/ctest.log"
+test_rc=${PIPESTATUS[0]}
+[ "$test_rc" -eq 124 ] && say "ctest ran out of time after ${test_limit}s"
+[ "$test_rc" -ne 0 ] && say "GPU tests FAILED (ctest exit $test_rc); running the benchmark anyway"
 
 # ---- Benchmark.
 mkdir -p "$(dirname "$OUT_JSON")"
-say "running gpu_bench -> $OUT_JSON"
-# shellcheck disable=SC2086
-timeout 300 "$BUILD_DIR/benchmarks/gpu/gpu_bench" --out "$OUT_JSON" ${GPU_BENCH_ARGS:-}
-bench_rc=$?
-[ $bench_rc -ne 0 ] && say "gpu_bench FAILED (exit $bench_rc)"
+bench_limit=$(step_limit 240)
+if [ "$(remaining)" -lt 30 ]; then
+  say "skipping gpu_bench: only $(remaining)s of the ${TIME_BUDGET}s budget left"
+  bench_rc=125
+else
+  say "running gpu_bench -> $OUT_JSON (limit ${bench_limit}s)"
+  # shellcheck disable=SC2086
+  timeout "$bench_limit" "$BUILD_DIR/benchmarks/gpu/gpu_bench" --out "$OUT_JSON" \
+    ${GPU_BENCH_ARGS:-} 2>&1 | tee "$BUILD_DIR/gpu_bench.log"
+  bench_rc=${PIPESTATUS[0]}
+  if [ "$bench_rc" -eq 124 ]; then say "gpu_bench ran out of time after ${bench_limit}s"
+  elif [ "$bench_rc" -ne 0 ]; then say "gpu_bench FAILED (exit $bench_rc)"
+  fi
+fi
 
-say "done: tests exit $test_rc, benchmark exit $bench_rc, results in $OUT_JSON (relative to $ROOT)"
-[ $test_rc -eq 0 ] && [ $bench_rc -eq 0 ]
+# ---- Summary.
+tests_line=$(grep -E 'tests passed, [0-9]+ tests? failed out of' "$BUILD_DIR/ctest.log" | tail -1)
+skipped=$(grep -c '\*\*\*Skipped' "$BUILD_DIR/ctest.log")
+{
+  echo "==== gpu-check summary ($(($(date +%s) - start))s)"
+  echo "mode:      $MODE$([ "$MODE" = gpu-only ] && echo ' (no cli_run_cuda_test, serving_cuda_test)')"
+  echo "tests:     exit $test_rc; ${tests_line:-no ctest summary line}; $skipped skipped"
+  [ "$skipped" -gt 0 ] && grep '\*\*\*Skipped' "$BUILD_DIR/ctest.log" | head -5 | sed 's/^/           /'
+  if [ "$bench_rc" -eq 0 ]; then
+    echo "benchmark: ok, $OUT_JSON (in $ROOT)"
+  else
+    echo "benchmark: exit $bench_rc"
+  fi
+  echo "logs:      $BUILD_DIR/{configure,build,ctest,gpu_bench}.log${OUT:+; copied to \$OUT}"
+  echo "result:    $([ "$test_rc" -eq 0 ] && [ "$bench_rc" -eq 0 ] && echo PASS || echo FAIL)"
+} | tee "$BUILD_DIR/summary.txt"
+copy_to_out
+[ "$test_rc" -eq 0 ] && [ "$bench_rc" -eq 0 ]

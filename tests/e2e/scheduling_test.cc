@@ -5,6 +5,7 @@
 #include <map>
 #include <random>
 #include <set>
+#include <thread>
 #include <vector>
 
 #include "gtest/gtest.h"
@@ -52,10 +53,20 @@ TEST(SchedulingE2eTest, PreemptionKeepsOutputsExact) {
     EXPECT_EQ(res.ids(), alone[i]) << "request " << i;
     EXPECT_EQ(res.response.finish_reason(), v1::FINISH_REASON_LENGTH);
   }
-  // Everything returns to the pool.
-  auto after = cluster->ModelInfo();
-  ASSERT_TRUE(after.ok());
-  EXPECT_EQ(after->replica_info(0).running(), 0u);
+  // Everything returns to the pool (the engine publishes its gauges once per loop, so
+  // give it a moment).
+  uint32_t running = 1, free_blocks = 0;
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(5);
+  while (std::chrono::steady_clock::now() < deadline) {
+    auto after = cluster->ModelInfo();
+    ASSERT_TRUE(after.ok());
+    running = after->replica_info(0).running();
+    free_blocks = after->replica_info(0).free_blocks();
+    if (running == 0 && free_blocks == info->replica_info(0).free_blocks()) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  EXPECT_EQ(running, 0u);
+  EXPECT_EQ(free_blocks, info->replica_info(0).free_blocks());
 }
 
 // A long shared prompt is computed once: the second request reports cached prompt tokens

@@ -2,6 +2,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/grpc_status.h"
+#include "coordinator/engine/output_processor.h"
 #include "coordinator/metrics/engine_metrics.h"
 
 namespace tessera {
@@ -153,7 +154,12 @@ grpc::Status GenerationServiceImpl::Tokenize(grpc::ServerContext*, const v1::Tok
   const std::vector<int32_t> ids = tokenizer_->Encode(request->text(), request->add_special_tokens());
   for (int32_t id : ids) {
     response->add_token_ids(id);
-    response->add_pieces(tokenizer_->Decode({id}, /*skip_special_tokens=*/false));
+    // A byte-fallback piece alone is not valid UTF-8; protobuf strings must be.
+    std::string piece = SanitizeUtf8(tokenizer_->Decode({id}, /*skip_special_tokens=*/false));
+    if (const size_t complete = CompleteUtf8Length(piece); complete < piece.size()) {
+      piece.replace(complete, std::string::npos, "\xEF\xBF\xBD");
+    }
+    response->add_pieces(std::move(piece));
   }
   return grpc::Status::OK;
 }

@@ -25,6 +25,52 @@ size_t CompleteUtf8Length(const std::string& s) {
   return continuation >= need ? s.size() : i - 1;
 }
 
+std::string SanitizeUtf8(const std::string& s) {
+  static constexpr char kReplacement[] = "\xEF\xBF\xBD";
+  std::string out;
+  out.reserve(s.size());
+  size_t i = 0;
+  while (i < s.size()) {
+    const unsigned char c = static_cast<unsigned char>(s[i]);
+    int len = 0;
+    uint32_t min = 0;
+    if (c < 0x80) {
+      out.push_back(static_cast<char>(c));
+      ++i;
+      continue;
+    } else if (c >= 0xc2 && c <= 0xdf) {
+      len = 2, min = 0x80;
+    } else if (c >= 0xe0 && c <= 0xef) {
+      len = 3, min = 0x800;
+    } else if (c >= 0xf0 && c <= 0xf4) {
+      len = 4, min = 0x10000;
+    }
+    if (len == 0) {  // Stray continuation byte or a byte no UTF-8 sequence starts with.
+      out += kReplacement;
+      ++i;
+      continue;
+    }
+    uint32_t cp = c & (0x7f >> len);
+    int have = 1;
+    while (have < len && i + have < s.size() &&
+           (static_cast<unsigned char>(s[i + have]) & 0xc0) == 0x80) {
+      cp = (cp << 6) | (static_cast<unsigned char>(s[i + have]) & 0x3f);
+      ++have;
+    }
+    if (have == len && cp >= min && cp <= 0x10ffff && !(cp >= 0xd800 && cp <= 0xdfff)) {
+      out.append(s, i, len);
+      i += len;
+    } else if (i + have == s.size()) {
+      out.append(s, i, have);  // Possibly completed by the next token.
+      i += have;
+    } else {
+      out += kReplacement;
+      i += have;
+    }
+  }
+  return out;
+}
+
 OutputProcessor::OutputProcessor(const Tokenizer* tokenizer, const std::vector<int32_t>& prompt,
                                  std::vector<std::string> stop_strings)
     : tokenizer_(tokenizer), stops_(std::move(stop_strings)) {
@@ -48,7 +94,7 @@ std::string OutputProcessor::DecodeOutput() const {
 std::string OutputProcessor::Append(int32_t token_id) {
   if (stopped_) return "";
   context_.push_back(token_id);
-  const std::string decoded = DecodeOutput();
+  const std::string decoded = SanitizeUtf8(DecodeOutput());
   full_ = decoded.substr(0, CompleteUtf8Length(decoded));
   // Look for a stop string in the part not yet released (plus the overlap it may span).
   size_t stop_at = std::string::npos;

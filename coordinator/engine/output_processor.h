@@ -42,6 +42,12 @@ class OutputProcessor {
 // Length of the longest prefix of `s` that does not end inside a UTF-8 sequence.
 size_t CompleteUtf8Length(const std::string& s);
 
+// `s` with every byte that is not part of a well-formed UTF-8 sequence replaced by U+FFFD
+// (as Hugging Face decoders do); an incomplete sequence at the very end is kept as is, since
+// the next token may complete it. Byte-fallback tokens of a model can spell invalid UTF-8,
+// and protobuf strings must not carry it.
+std::string SanitizeUtf8(const std::string& s);
+
 }  // namespace tessera
 
 #endif  // TESSERA_COORDINATOR_ENGINE_OUTPUT_PROCESSOR_H_

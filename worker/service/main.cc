@@ -90,9 +90,14 @@ int main(int argc, char** argv) {
     };
     g_last_tick_ms = NowMs();
     auto server = tessera::MetricsHttpServer::Start(std::move(mo));
-    if (!server.ok()) return Fail(std::string(server.status().message()));
-    metrics_server = std::move(*server);
-    std::fprintf(stderr, "tessera-worker: metrics on port %d (/metrics, /healthz)\n", metrics_server->port());
+    if (server.ok()) {
+      metrics_server = std::move(*server);
+      std::fprintf(stderr, "tessera-worker: metrics on port %d (/metrics, /healthz)\n", metrics_server->port());
+    } else {
+      // As on the coordinator: a taken port costs the metrics endpoint, not the rank.
+      std::fprintf(stderr, "tessera-worker: metrics endpoint disabled: %s\n",
+                   std::string(server.status().message()).c_str());
+    }
   }
   tessera::WorkerServiceImpl service(backend.get(), {advertise_host, metrics.get()});
   grpc::EnableDefaultHealthCheckService(true);

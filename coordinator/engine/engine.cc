@@ -110,11 +110,8 @@ void Engine::Loop() {
     if (r != nullptr && r->call.valid()) r->call.wait();
   }
   for (auto& [id, live] : live_) {
-    RequestEvent e;
-    e.finished = true;
-    e.finish_reason = sched::FinishReason::kError;
-    e.error = absl::UnavailableError("the coordinator is shutting down");
-    live.request.stream->Push(std::move(e));
+    live.request.stream->Push(
+        RequestEvent::Failure(absl::UnavailableError("the coordinator is shutting down")));
   }
   live_.clear();
   active_requests_.store(0);
@@ -134,11 +131,8 @@ void Engine::Handle(NewRequest& m) {
   live.arrival = m.arrival;
   if (schedulers.empty()) {
     if (options_.metrics != nullptr) options_.metrics->RequestRejected("unavailable");
-    RequestEvent e;
-    e.finished = true;
-    e.finish_reason = sched::FinishReason::kError;
-    e.error = absl::UnavailableError("no model replica is ready: no complete worker group");
-    live.request.stream->Push(std::move(e));
+    live.request.stream->Push(RequestEvent::Failure(
+        absl::UnavailableError("no model replica is ready: no complete worker group")));
     active_requests_.fetch_sub(1);
     return;
   }
@@ -152,11 +146,7 @@ void Engine::Handle(NewRequest& m) {
   req.options.sampling_handle = m.seq_id;
   if (absl::Status s = replica.scheduler->AddRequest(std::move(req)); !s.ok()) {
     if (options_.metrics != nullptr) options_.metrics->RequestRejected("unschedulable");
-    RequestEvent e;
-    e.finished = true;
-    e.finish_reason = sched::FinishReason::kError;
-    e.error = s;
-    live.request.stream->Push(std::move(e));
+    live.request.stream->Push(RequestEvent::Failure(s));
     active_requests_.fetch_sub(1);
     return;
   }
@@ -172,7 +162,7 @@ void Engine::Handle(CancelRequest& m) {
   if (it == live_.end()) return;
   Replica* r = replicas_[it->second.replica].get();
   if (r != nullptr && r->scheduler != nullptr) r->scheduler->Abort(m.seq_id).IgnoreError();
-  Finish(m.seq_id, sched::FinishReason::kCancelled, absl::CancelledError("cancelled by the client"), "");
+  Finish(m.seq_id, sched::FinishReason::kCancelled, absl::CancelledError("cancelled by the client"));
 }
 
 void Engine::Handle(ReplicaAdded& m) {
@@ -259,7 +249,7 @@ void Engine::FailReplicaNow(Replica& r, const absl::Status& reason) {
   }
   for (uint64_t id : ids) {
     Finish(id, sched::FinishReason::kError,
-           absl::UnavailableError(absl::StrCat("replica ", r.index, " failed: ", reason.message())), "");
+           absl::UnavailableError(absl::StrCat("replica ", r.index, " failed: ", reason.message())));
   }
 }
 
@@ -364,7 +354,7 @@ void Engine::ApplyEvents(Replica& r, const std::vector<sched::SeqEvent>& events,
       if (live.output->stopped() && !ev.finish_reason.has_value()) {
         r.scheduler->Finish(ev.seq_id, sched::FinishReason::kStop).IgnoreError();
         live.request.stream->Push(std::move(out));
-        Finish(ev.seq_id, sched::FinishReason::kStop, absl::OkStatus(), "");
+        Finish(ev.seq_id, sched::FinishReason::kStop, absl::OkStatus());
         continue;
       }
     }
@@ -374,21 +364,19 @@ void Engine::ApplyEvents(Replica& r, const std::vector<sched::SeqEvent>& events,
       Finish(ev.seq_id, *ev.finish_reason,
              *ev.finish_reason == sched::FinishReason::kError
                  ? absl::InternalError("the step of this request failed")
-                 : absl::OkStatus(),
-             "");
+                 : absl::OkStatus());
       continue;
     }
     if (!out.token_ids.empty()) live.request.stream->Push(std::move(out));
   }
 }
 
-void Engine::Finish(uint64_t seq_id, sched::FinishReason reason, absl::Status error, std::string text) {
+void Engine::Finish(uint64_t seq_id, sched::FinishReason reason, absl::Status error) {
   auto it = live_.find(seq_id);
   if (it == live_.end()) return;
   Live& live = it->second;
   const auto now = Clock::now();
   RequestEvent e;
-  e.text = std::move(text);
   e.finished = true;
   e.finish_reason = reason;
   e.error = std::move(error);

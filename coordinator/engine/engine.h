@@ -157,7 +157,7 @@ class Engine {
   void FailReplicaNow(Replica& r, const absl::Status& reason);
   void ApplyEvents(Replica& r, const std::vector<sched::SeqEvent>& events,
                    const v1::StepResponse* response);
-  void Finish(uint64_t seq_id, sched::FinishReason reason, absl::Status error, std::string text);
+  void Finish(uint64_t seq_id, sched::FinishReason reason, absl::Status error);
   void PublishSnapshot();
   void StartWarmup(Replica& r);
 

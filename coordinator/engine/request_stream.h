@@ -37,6 +37,15 @@ struct RequestEvent {
   double ttft_seconds = 0;
   double total_seconds = 0;
   int replica = -1;
+
+  // The last event of a request that ends with `error` instead of a result.
+  static RequestEvent Failure(absl::Status error) {
+    RequestEvent e;
+    e.finished = true;
+    e.finish_reason = sched::FinishReason::kError;
+    e.error = std::move(error);
+    return e;
+  }
 };
 
 // The hand-off between the engine thread (producer) and the RPC handler (consumer) of

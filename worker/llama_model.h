@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "absl/types/span.h"
 #include "common/model_config.h"
 #include "common/tensor_parallel.h"
 #include "kernels/backend.h"
@@ -32,6 +33,12 @@ struct StepBatch {
 
   int num_tokens() const { return static_cast<int>(token_ids.size()); }
   int num_seqs() const { return static_cast<int>(context_lens.size()); }
+
+  // Appends tokens [begin, end) of a sequence whose KV lives in `blocks` (its table is
+  // padded to max_blocks_per_seq, which must be set first). With `wants_logits` the
+  // logits of its last token are returned.
+  void AddSequence(absl::Span<const int32_t> tokens, absl::Span<const int32_t> blocks, int begin,
+                   int end, int block_size, bool wants_logits);
 };
 
 // The Llama decoder on one tensor-parallel rank: its weight slices, the two row-parallel

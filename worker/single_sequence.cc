@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <numeric>
 
 #include "absl/strings/str_cat.h"
 #include "common/status_macros.h"
@@ -14,21 +15,12 @@ double SecondsSince(std::chrono::steady_clock::time_point start) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
 }
 
-// A step computing tokens [begin, end) of `tokens` for the one sequence.
-StepBatch MakeStep(const std::vector<int32_t>& tokens, int begin, int end, int block_size,
-                   int max_blocks) {
+// A step computing tokens [begin, end) of `tokens`, the sequence owning blocks 1..n.
+StepBatch MakeStep(const std::vector<int32_t>& tokens, const std::vector<int32_t>& blocks,
+                   int begin, int end, int block_size) {
   StepBatch b;
-  for (int pos = begin; pos < end; ++pos) {
-    b.token_ids.push_back(tokens[pos]);
-    b.positions.push_back(pos);
-    b.slot_mapping.push_back(static_cast<int64_t>(pos / block_size + 1) * block_size +
-                             pos % block_size);
-  }
-  b.query_start = {0, end - begin};
-  b.context_lens = {end};
-  b.max_blocks_per_seq = max_blocks;
-  for (int i = 0; i < max_blocks; ++i) b.block_tables.push_back(i + 1);
-  b.logits_rows = {end - begin - 1};
+  b.max_blocks_per_seq = static_cast<int>(blocks.size());
+  b.AddSequence(tokens, blocks, begin, end, block_size, /*wants_logits=*/true);
   return b;
 }
 
@@ -40,6 +32,8 @@ absl::StatusOr<SingleSequenceResult> GenerateSingleSequence(
   const ModelConfig& config = model.config();
   const int block_size = cache.shape().block_size;
   const int max_blocks = cache.shape().num_blocks - 1;
+  std::vector<int32_t> blocks(max_blocks);
+  std::iota(blocks.begin(), blocks.end(), 1);  // Block 0 stays reserved.
   const int capacity = std::min(max_blocks * block_size, config.max_position_embeddings);
   const int prompt_len = static_cast<int>(prompt_ids.size());
   if (prompt_len == 0) return absl::InvalidArgumentError("prompt is empty");
@@ -57,7 +51,7 @@ absl::StatusOr<SingleSequenceResult> GenerateSingleSequence(
   auto start = std::chrono::steady_clock::now();
   for (int begin = 0; begin < prompt_len; begin += chunk) {
     const int end = std::min(prompt_len, begin + chunk);
-    RETURN_IF_ERROR(model.Forward(MakeStep(tokens, begin, end, block_size, max_blocks), &cache,
+    RETURN_IF_ERROR(model.Forward(MakeStep(tokens, blocks, begin, end, block_size), &cache,
                                   &logits));
   }
   result.prefill_seconds = SecondsSince(start);
@@ -80,7 +74,7 @@ absl::StatusOr<SingleSequenceResult> GenerateSingleSequence(
       break;
     }
     const int len = static_cast<int>(tokens.size());
-    RETURN_IF_ERROR(model.Forward(MakeStep(tokens, len - 1, len, block_size, max_blocks), &cache,
+    RETURN_IF_ERROR(model.Forward(MakeStep(tokens, blocks, len - 1, len, block_size), &cache,
                                   &logits));
     ++result.decode_steps;
   }

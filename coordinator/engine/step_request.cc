@@ -15,9 +15,7 @@ v1::StepRequest ToStepRequest(const sched::StepPlan& plan,
     out->mutable_token_ids()->Add(n.token_ids.begin(), n.token_ids.end());
     for (auto b : n.block_ids) out->add_block_ids(static_cast<int32_t>(b));
     out->set_num_computed_tokens(n.num_computed_tokens);
-    const int plen = prompt_len(n.seq_id);
-    out->set_prompt_len(plen);
-    out->set_num_output_tokens(static_cast<uint32_t>(n.token_ids.size()) - plen);
+    out->set_prompt_len(prompt_len(n.seq_id));
     if (const SamplingParams* p = sampling(n.seq_id); p != nullptr) {
       v1::SamplingConfig* s = out->mutable_sampling();
       s->set_temperature(p->temperature);

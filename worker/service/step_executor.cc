@@ -38,7 +38,6 @@ absl::Status StepExecutor::Apply(const v1::StepRequest& request) {
     s.blocks.assign(n.block_ids().begin(), n.block_ids().end());
     s.prompt_len = static_cast<int>(n.prompt_len());
     s.num_computed = static_cast<int>(n.num_computed_tokens());
-    s.num_output_at_start = static_cast<int>(n.num_output_tokens());
     s.sampling = FromProto(n.sampling());
     seqs_[n.seq_id()] = std::move(s);
   }
@@ -69,7 +68,6 @@ absl::Status StepExecutor::Execute(const v1::StepRequest& request, v1::StepRespo
   StepBatch batch;
   int max_blocks = 0;
   std::vector<SeqState*> scheduled;
-  std::vector<uint64_t> sampled_ids;
   for (int i = 0; i < request.scheduled_seq_ids_size(); ++i) {
     auto it = seqs_.find(request.scheduled_seq_ids(i));
     if (it == seqs_.end()) {
@@ -80,7 +78,6 @@ absl::Status StepExecutor::Execute(const v1::StepRequest& request, v1::StepRespo
     max_blocks = std::max(max_blocks, static_cast<int>(it->second.blocks.size()));
   }
   batch.max_blocks_per_seq = max_blocks;
-  batch.query_start.push_back(0);
   std::vector<int> logits_seq;  // Index into `scheduled` per logits row.
   for (size_t i = 0; i < scheduled.size(); ++i) {
     SeqState& s = *scheduled[i];
@@ -93,21 +90,9 @@ absl::Status StepExecutor::Execute(const v1::StepRequest& request, v1::StepRespo
           s.num_computed, " computed, but it has ", s.tokens.size(), " tokens and ",
           s.blocks.size(), " blocks"));
     }
-    for (int pos = s.num_computed; pos < end; ++pos) {
-      batch.token_ids.push_back(s.tokens[pos]);
-      batch.positions.push_back(pos);
-      batch.slot_mapping.push_back(static_cast<int64_t>(s.blocks[pos / block_size]) * block_size +
-                                   pos % block_size);
-    }
-    batch.query_start.push_back(batch.num_tokens());
-    batch.context_lens.push_back(end);
-    for (int b = 0; b < max_blocks; ++b) {
-      batch.block_tables.push_back(b < static_cast<int>(s.blocks.size()) ? s.blocks[b] : 0);
-    }
-    if (end == static_cast<int>(s.tokens.size())) {
-      batch.logits_rows.push_back(batch.num_tokens() - 1);
-      logits_seq.push_back(static_cast<int>(i));
-    }
+    const bool samples = end == static_cast<int>(s.tokens.size());
+    batch.AddSequence(s.tokens, s.blocks, s.num_computed, end, block_size, samples);
+    if (samples) logits_seq.push_back(static_cast<int>(i));
     s.num_computed = end;
   }
 

@@ -33,7 +33,6 @@ class StepExecutor {
     std::vector<int32_t> blocks;
     int prompt_len = 0;
     int num_computed = 0;
-    int num_output_at_start = 0;  // Tokens generated before the workers saw it.
     SamplingParams sampling;
   };
   absl::Status Apply(const v1::StepRequest& request);

@@ -8,6 +8,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "common/flag_set.h"
+#include "common/grpc_channel.h"
 #include "grpc/health/v1/health.grpc.pb.h"
 #include "grpcpp/grpcpp.h"
 #include "nlohmann/json.hpp"
@@ -77,12 +78,7 @@ int GenerateMain(int argc, char** argv) {
     std::fputs(flags.Usage().c_str(), stdout);
     return 0;
   }
-  // With --wait-ready the server may still be starting: retry connects quickly.
-  grpc::ChannelArguments channel_args;
-  channel_args.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, 100);
-  channel_args.SetInt(GRPC_ARG_MIN_RECONNECT_BACKOFF_MS, 100);
-  channel_args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, 500);
-  auto channel = grpc::CreateCustomChannel(server, grpc::InsecureChannelCredentials(), channel_args);
+  auto channel = tessera::ChannelToStartingServer(server);
   if (wait_ready > 0 && !WaitReady(channel, wait_ready)) {
     std::fprintf(stderr, "tessera generate: %s not ready after %.0f s\n", server.c_str(), wait_ready);
     return 1;

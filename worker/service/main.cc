@@ -10,6 +10,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/flag_set.h"
+#include "common/grpc_channel.h"
 #include "common/logging.h"
 #include "common/metrics/http_server.h"
 #include "common/metrics/process_collector.h"
@@ -116,12 +117,7 @@ int main(int argc, char** argv) {
   std::signal(SIGINT, OnSignal);
 
   // Register, retrying while the coordinator starts.
-  // Retry quickly while the coordinator starts instead of gRPC's default 1 s+ backoff.
-  grpc::ChannelArguments channel_args;
-  channel_args.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, 100);
-  channel_args.SetInt(GRPC_ARG_MIN_RECONNECT_BACKOFF_MS, 100);
-  channel_args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, 500);
-  auto channel = grpc::CreateCustomChannel(coordinator, grpc::InsecureChannelCredentials(), channel_args);
+  auto channel = tessera::ChannelToStartingServer(coordinator);
   auto stub = tessera::v1::Cluster::NewStub(channel);
   tessera::v1::RegisterWorkerRequest request;
   request.set_address(address);

@@ -1,7 +1,5 @@
 #include "worker/kv_cache.h"
 
-#include <algorithm>
-
 #include "absl/strings/str_cat.h"
 #include "common/status_macros.h"
 
@@ -33,16 +31,6 @@ absl::StatusOr<std::unique_ptr<KvCache>> KvCache::Create(kernels::Backend* backe
 
 size_t KvCache::BytesPerBlock(int num_layers, int block_size, int kv_heads, int head_dim) {
   return static_cast<size_t>(num_layers) * 2 * block_size * kv_heads * head_dim * sizeof(float);
-}
-
-int KvCache::BlocksThatFit(const kernels::Backend& backend, double fraction,
-                           size_t reserve_bytes, int num_layers, int block_size, int kv_heads,
-                           int head_dim) {
-  const double usable = static_cast<double>(backend.FreeMemoryBytes()) * fraction -
-                        static_cast<double>(reserve_bytes);
-  if (usable <= 0) return 0;
-  const size_t per_block = BytesPerBlock(num_layers, block_size, kv_heads, head_dim);
-  return static_cast<int>(std::min<double>(usable / per_block, 1 << 30));
 }
 
 size_t KvCache::bytes() const {

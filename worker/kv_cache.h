@@ -22,11 +22,6 @@ class KvCache {
   // Bytes one block costs across all layers (K and V).
   static size_t BytesPerBlock(int num_layers, int block_size, int kv_heads, int head_dim);
 
-  // How many blocks fit in `fraction` of the backend's free memory, minus `reserve_bytes`.
-  static int BlocksThatFit(const kernels::Backend& backend, double fraction,
-                           size_t reserve_bytes, int num_layers, int block_size, int kv_heads,
-                           int head_dim);
-
   float* k(int layer) const { return k_[layer].as<float>(); }
   float* v(int layer) const { return v_[layer].as<float>(); }
   const kernels::KvCacheShape& shape() const { return shape_; }

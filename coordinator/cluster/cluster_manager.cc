@@ -31,11 +31,6 @@ ClusterManager::~ClusterManager() {
   if (former_.joinable()) former_.join();
 }
 
-int ClusterManager::num_registered() const {
-  absl::MutexLock lock(&mu_);
-  return num_registered_;
-}
-
 grpc::Status ClusterManager::RegisterWorker(grpc::ServerContext*, const v1::RegisterWorkerRequest* request,
                                             v1::RegisterWorkerResponse* response) {
   if (request->address().empty()) {

@@ -33,8 +33,6 @@ class ClusterManager final : public v1::Cluster::Service {
   grpc::Status RegisterWorker(grpc::ServerContext* context, const v1::RegisterWorkerRequest* request,
                               v1::RegisterWorkerResponse* response) override;
 
-  int num_registered() const;
-
  private:
   ClusterManager(ClusterOptions options, Engine* engine);
   void FormLoop();

@@ -12,7 +12,7 @@
 #include "common/metrics/http_server.h"
 #include "common/metrics/process_collector.h"
 #include "common/model_config.h"
-#include "common/tokenizer.h"
+#include "common/tokenizer/tokenizer.h"
 #include "coordinator/api/generation_service.h"
 #include "coordinator/cluster/cluster_manager.h"
 #include "coordinator/engine/engine.h"

@@ -4,7 +4,7 @@
 #include <string>
 
 #include "common/model_config.h"
-#include "common/tokenizer.h"
+#include "common/tokenizer/tokenizer.h"
 #include "coordinator/api/request_validation.h"
 #include "coordinator/engine/engine.h"
 #include "tessera/v1/generation.grpc.pb.h"

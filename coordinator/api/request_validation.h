@@ -7,7 +7,7 @@
 
 #include "absl/status/statusor.h"
 #include "common/sampling_params.h"
-#include "common/tokenizer.h"
+#include "common/tokenizer/tokenizer.h"
 #include "coordinator/scheduler/sequence.h"
 #include "tessera/v1/generation.pb.h"
 

@@ -16,7 +16,7 @@
 #include "absl/status/status.h"
 #include "absl/synchronization/mutex.h"
 #include "common/sampling_params.h"
-#include "common/tokenizer.h"
+#include "common/tokenizer/tokenizer.h"
 #include "coordinator/cluster/worker_group.h"
 #include "coordinator/engine/output_processor.h"
 #include "coordinator/engine/request_stream.h"

@@ -5,7 +5,7 @@
 #include <string>
 #include <vector>
 
-#include "common/tokenizer.h"
+#include "common/tokenizer/tokenizer.h"
 
 namespace tessera {
 

@@ -10,7 +10,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_split.h"
-#include "common/tokenizer.h"
+#include "common/tokenizer/tokenizer.h"
 #include "kernels/backend.h"
 #include "nlohmann/json.hpp"
 #include "tools/tessera/commands.h"

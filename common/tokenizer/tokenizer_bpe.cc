@@ -1,11 +1,11 @@
-#include "common/tokenizer_bpe.h"
+#include "common/tokenizer/tokenizer_bpe.h"
 
 #include <algorithm>
 #include <queue>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
-#include "common/unicode_util.h"
+#include "common/tokenizer/unicode_util.h"
 #include "nlohmann/json.hpp"
 
 namespace tessera {

@@ -1,5 +1,5 @@
-#ifndef TESSERA_COMMON_SENTENCEPIECE_BPE_H_
-#define TESSERA_COMMON_SENTENCEPIECE_BPE_H_
+#ifndef TESSERA_COMMON_TOKENIZER_SENTENCEPIECE_BPE_H_
+#define TESSERA_COMMON_TOKENIZER_SENTENCEPIECE_BPE_H_
 
 #include <cstdint>
 #include <memory>
@@ -8,11 +8,11 @@
 
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
-#include "common/tokenizer.h"
-#include "common/tokenizer_added_tokens.h"
-#include "common/tokenizer_bpe.h"
-#include "common/tokenizer_decoder.h"
-#include "common/tokenizer_specials.h"
+#include "common/tokenizer/tokenizer.h"
+#include "common/tokenizer/tokenizer_added_tokens.h"
+#include "common/tokenizer/tokenizer_bpe.h"
+#include "common/tokenizer/tokenizer_decoder.h"
+#include "common/tokenizer/tokenizer_specials.h"
 #include "nlohmann/json_fwd.hpp"
 
 namespace tessera {
@@ -74,4 +74,4 @@ class SentencePieceBpeTokenizer final : public Tokenizer {
 
 }  // namespace tessera
 
-#endif  // TESSERA_COMMON_SENTENCEPIECE_BPE_H_
+#endif  // TESSERA_COMMON_TOKENIZER_SENTENCEPIECE_BPE_H_

@@ -1,4 +1,4 @@
-#include "common/tokenizer_decoder.h"
+#include "common/tokenizer/tokenizer_decoder.h"
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"

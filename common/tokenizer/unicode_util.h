@@ -1,5 +1,5 @@
-#ifndef TESSERA_COMMON_UNICODE_UTIL_H_
-#define TESSERA_COMMON_UNICODE_UTIL_H_
+#ifndef TESSERA_COMMON_TOKENIZER_UNICODE_UTIL_H_
+#define TESSERA_COMMON_TOKENIZER_UNICODE_UTIL_H_
 
 #include <cstddef>
 
@@ -15,4 +15,4 @@ size_t Utf8CharLength(absl::string_view text, size_t pos);
 
 }  // namespace tessera
 
-#endif  // TESSERA_COMMON_UNICODE_UTIL_H_
+#endif  // TESSERA_COMMON_TOKENIZER_UNICODE_UTIL_H_

@@ -1,5 +1,5 @@
-#ifndef TESSERA_COMMON_TOKENIZER_SPECIALS_H_
-#define TESSERA_COMMON_TOKENIZER_SPECIALS_H_
+#ifndef TESSERA_COMMON_TOKENIZER_TOKENIZER_SPECIALS_H_
+#define TESSERA_COMMON_TOKENIZER_TOKENIZER_SPECIALS_H_
 
 #include <cstdint>
 #include <functional>
@@ -30,4 +30,4 @@ absl::StatusOr<SpecialTokenPlan> ResolveSpecialTokens(
 
 }  // namespace tessera
 
-#endif  // TESSERA_COMMON_TOKENIZER_SPECIALS_H_
+#endif  // TESSERA_COMMON_TOKENIZER_TOKENIZER_SPECIALS_H_

@@ -1,4 +1,4 @@
-#include "common/tokenizer_specials.h"
+#include "common/tokenizer/tokenizer_specials.h"
 
 #include <optional>
 #include <string>

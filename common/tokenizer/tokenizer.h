@@ -1,5 +1,5 @@
-#ifndef TESSERA_COMMON_TOKENIZER_H_
-#define TESSERA_COMMON_TOKENIZER_H_
+#ifndef TESSERA_COMMON_TOKENIZER_TOKENIZER_H_
+#define TESSERA_COMMON_TOKENIZER_TOKENIZER_H_
 
 #include <cstdint>
 #include <filesystem>
@@ -46,4 +46,4 @@ class Tokenizer {
 
 }  // namespace tessera
 
-#endif  // TESSERA_COMMON_TOKENIZER_H_
+#endif  // TESSERA_COMMON_TOKENIZER_TOKENIZER_H_

@@ -1,4 +1,4 @@
-#include "common/tokenizer_added_tokens.h"
+#include "common/tokenizer/tokenizer_added_tokens.h"
 
 #include <algorithm>
 

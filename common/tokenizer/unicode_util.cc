@@ -1,4 +1,4 @@
-#include "common/unicode_util.h"
+#include "common/tokenizer/unicode_util.h"
 
 #include <cstdint>
 

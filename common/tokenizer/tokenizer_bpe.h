@@ -1,5 +1,5 @@
-#ifndef TESSERA_COMMON_TOKENIZER_BPE_H_
-#define TESSERA_COMMON_TOKENIZER_BPE_H_
+#ifndef TESSERA_COMMON_TOKENIZER_TOKENIZER_BPE_H_
+#define TESSERA_COMMON_TOKENIZER_TOKENIZER_BPE_H_
 
 #include <array>
 #include <cstdint>
@@ -71,4 +71,4 @@ class BpeModel {
 
 }  // namespace tessera
 
-#endif  // TESSERA_COMMON_TOKENIZER_BPE_H_
+#endif  // TESSERA_COMMON_TOKENIZER_TOKENIZER_BPE_H_

@@ -1,11 +1,11 @@
-#include "common/tokenizer.h"
+#include "common/tokenizer/tokenizer.h"
 
 #include <string>
 #include <system_error>
 
 #include "absl/strings/str_cat.h"
 #include "common/file_util.h"
-#include "common/sentencepiece_bpe.h"
+#include "common/tokenizer/sentencepiece_bpe.h"
 #include "common/status_macros.h"
 #include "nlohmann/json.hpp"
 

@@ -1,4 +1,4 @@
-#include "common/tokenizer.h"
+#include "common/tokenizer/tokenizer.h"
 
 #include <string>
 #include <vector>

@@ -1,4 +1,4 @@
-#include "common/sentencepiece_bpe.h"
+#include "common/tokenizer/sentencepiece_bpe.h"
 
 #include <algorithm>
 #include <utility>

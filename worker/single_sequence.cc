@@ -57,14 +57,15 @@ absl::StatusOr<SingleSequenceResult> GenerateSingleSequence(
   result.prefill_seconds = SecondsSince(start);
   result.first_logits = logits;
   start = std::chrono::steady_clock::now();
+  const std::vector<int32_t>& stop_ids =
+      options.stop_token_ids.empty() ? config.eos_token_ids : options.stop_token_ids;
   while (true) {
     const SampledToken next = SampleToken(logits, options.sampling, tokens, prompt_len,
                                           result.generated_ids.size());
     tokens.push_back(next.id);
     result.generated_ids.push_back(next.id);
     if (on_token) on_token(next.id);
-    const bool eos = std::find(config.eos_token_ids.begin(), config.eos_token_ids.end(),
-                               next.id) != config.eos_token_ids.end();
+    const bool eos = std::find(stop_ids.begin(), stop_ids.end(), next.id) != stop_ids.end();
     if (eos && !options.ignore_eos) {
       result.finish_reason = "eos";
       break;

@@ -19,6 +19,8 @@ struct SingleSequenceOptions {
   int max_new_tokens = 16;
   SamplingParams sampling;
   bool ignore_eos = false;
+  // Ids that end generation; empty: the model's config.json eos ids.
+  std::vector<int32_t> stop_token_ids;
   int prefill_chunk = 0;  // Tokens per prefill step; 0: the whole prompt at once.
 };
 

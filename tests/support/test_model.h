@@ -35,12 +35,26 @@ inline std::filesystem::path ScratchDir(const std::string& name) {
   return dir;
 }
 
+// True under CI (CI=true, as CI sets it): there a missing model or fixture is a failure,
+// since a run that skips every model test is not a green run.
+inline bool InCi() {
+  const char* ci = std::getenv("CI");
+  return ci != nullptr && (std::string(ci) == "true" || std::string(ci) == "1");
+}
+
 }  // namespace tessera::testing
 
-// Skips the current test, saying where the model was looked for and how to point at it.
+// Fails in CI and skips elsewhere when stories260K is absent, saying where it was looked
+// for and how to point at it.
+
 #define TESSERA_REQUIRE_STORIES_MODEL()                                                   \
   do {                                                                                    \
     if (!::tessera::testing::HaveStoriesModel()) {                                        \
+      if (::tessera::testing::InCi()) {                                                   \
+        FAIL() << "stories260K not found at "                                             \
+               << ::tessera::testing::StoriesModelDir().string()                          \
+               << " and CI=true: the shared model must be present in CI";                 \
+      }                                                                                   \
       GTEST_SKIP() << "stories260K not found at "                                         \
                    << ::tessera::testing::StoriesModelDir().string()                      \
                    << " (set TESSERA_STORIES_DIR to the model folder to run this test)"; \

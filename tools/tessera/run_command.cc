@@ -10,6 +10,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_split.h"
+#include "common/generation_config.h"
 #include "common/tokenizer/tokenizer.h"
 #include "kernels/backend.h"
 #include "nlohmann/json.hpp"
@@ -122,6 +123,9 @@ int RunMain(int argc, char** argv) {
   SingleSequenceOptions options;
   options.max_new_tokens = static_cast<int>(f.max_tokens);
   options.ignore_eos = f.ignore_eos;
+  auto generation = GenerationConfig::LoadIfPresent(f.model, config);
+  if (!generation.ok()) return Fail(std::string(generation.status().message()));
+  options.stop_token_ids = generation->StopTokenIds(config);
   options.sampling.temperature = static_cast<float>(f.temperature);
   options.sampling.top_k = static_cast<int>(f.top_k);
   options.sampling.top_p = static_cast<float>(f.top_p);

@@ -51,6 +51,49 @@ absl::Status Positive(absl::string_view source, const char* key, int v) {
   return absl::OkStatus();
 }
 
+// Reads a boolean field (absent or null: `fallback`).
+absl::StatusOr<bool> ReadBool(const Json& j, absl::string_view source, const char* key,
+                              bool fallback) {
+  auto it = j.find(key);
+  if (it == j.end() || it->is_null()) return fallback;
+  if (!it->is_boolean()) {
+    return Invalid(source, absl::StrCat("field \"", key, "\" must be true or false, got ",
+                                        it->dump()));
+  }
+  return it->get<bool>();
+}
+
+// Biases and sliding windows, which differ by architecture:
+// - Llama: "attention_bias" puts biases on q, k, v and o; no sliding window.
+// - Mistral: no biases; "sliding_window" (null: none) on every layer.
+// - Qwen2: q/k/v biases always, none on o; a window only with "use_sliding_window", on
+//   layers >= "max_window_layers" (as transformers' Qwen2 layer_types).
+absl::Status ReadAttentionVariant(const Json& j, absl::string_view source, bool qwen2,
+                                  bool mistral, ModelConfig* c) {
+  ASSIGN_OR_RETURN(const bool mlp_bias, ReadBool(j, source, "mlp_bias", false));
+  if (mlp_bias) return Invalid(source, "mlp_bias true is not supported (no MLP biases)");
+  if (qwen2) {
+    c->qkv_bias = true;
+  } else if (!mistral) {
+    ASSIGN_OR_RETURN(const bool attention_bias, ReadBool(j, source, "attention_bias", false));
+    c->qkv_bias = c->o_bias = attention_bias;
+  }
+  bool windowed = mistral;
+  if (qwen2) {
+    ASSIGN_OR_RETURN(windowed, ReadBool(j, source, "use_sliding_window", false));
+  }
+  if (!windowed) return absl::OkStatus();
+  RETURN_IF_ERROR(ReadInt(j, source, "sliding_window", /*required=*/qwen2, &c->sliding_window));
+  if (qwen2) {
+    c->first_window_layer = 28;  // transformers' Qwen2Config default.
+    RETURN_IF_ERROR(ReadInt(j, source, "max_window_layers", false, &c->first_window_layer));
+    if (c->sliding_window == 0) {
+      return Invalid(source, "use_sliding_window is true but \"sliding_window\" is 0");
+    }
+  }
+  return absl::OkStatus();
+}
+
 }  // namespace
 
 absl::StatusOr<ModelConfig> ModelConfig::FromJson(absl::string_view text, absl::string_view source) {
@@ -61,10 +104,15 @@ absl::StatusOr<ModelConfig> ModelConfig::FromJson(absl::string_view text, absl::
     if (!(*it)[0].is_string()) return Invalid(source, "\"architectures\" must hold strings");
     c.architecture = (*it)[0].get<std::string>();
   }
-  if (c.architecture != "LlamaForCausalLM" && c.architecture != "MistralForCausalLM") {
+  const bool qwen2 = c.architecture == "Qwen2ForCausalLM";
+  const bool mistral = c.architecture == "MistralForCausalLM";
+  if (c.architecture != "LlamaForCausalLM" && !mistral && !qwen2) {
     return Invalid(source, absl::StrCat("unsupported architecture \"", c.architecture,
-                                        "\" (supported: LlamaForCausalLM, MistralForCausalLM)"));
+                                        "\" (supported: LlamaForCausalLM, MistralForCausalLM, "
+                                        "Qwen2ForCausalLM)"));
   }
+  if (qwen2) c.bos_token_id = -1;  // Qwen2 tokenizers add no BOS.
+  if (auto it = j.find("bos_token_id"); it != j.end() && it->is_null()) c.bos_token_id = -1;
   absl::Status s;
   s.Update(ReadInt(j, source, "hidden_size", true, &c.hidden_size));
   s.Update(ReadInt(j, source, "intermediate_size", true, &c.intermediate_size));
@@ -103,9 +151,15 @@ absl::StatusOr<ModelConfig> ModelConfig::FromJson(absl::string_view text, absl::
     else if (t == "float16") c.torch_dtype = DType::kF16;
     else if (t == "bfloat16") c.torch_dtype = DType::kBF16;
   }
-  if (auto it = j.find("rope_scaling"); it != j.end() && !it->is_null()) {
-    return Invalid(source, "rope_scaling is not supported yet: " + it->dump());
+  if (auto it = j.find("rope_scaling"); it != j.end()) {
+    ASSIGN_OR_RETURN(c.rope_scaling, RopeScaling::FromJson(*it, source));
   }
+  if (auto it = j.find("partial_rotary_factor");
+      it != j.end() && !it->is_null() && !(it->is_number() && it->get<double>() == 1.0)) {
+    return Invalid(source, "partial_rotary_factor " + it->dump() +
+                               " is not supported (only 1: RoPE over the whole head)");
+  }
+  RETURN_IF_ERROR(ReadAttentionVariant(j, source, qwen2, mistral, &c));
   if (auto it = j.find("hidden_act"); it != j.end() && it->is_string() &&
       it->get<std::string>() != "silu") {
     return Invalid(source, "unsupported hidden_act " + it->dump() + " (only silu)");
@@ -157,8 +211,10 @@ absl::StatusOr<ModelConfig> ModelConfig::Load(const std::filesystem::path& model
 
 std::string ModelConfig::ToJson() const {
   Json j;
+  const bool qwen2 = architecture == "Qwen2ForCausalLM";
+  const bool mistral = architecture == "MistralForCausalLM";
   j["architectures"] = {architecture};
-  j["model_type"] = "llama";
+  j["model_type"] = qwen2 ? "qwen2" : mistral ? "mistral" : "llama";
   j["hidden_size"] = hidden_size;
   j["intermediate_size"] = intermediate_size;
   j["num_attention_heads"] = num_attention_heads;
@@ -169,10 +225,20 @@ std::string ModelConfig::ToJson() const {
   j["max_position_embeddings"] = max_position_embeddings;
   j["rms_norm_eps"] = rms_norm_eps;
   j["rope_theta"] = rope_theta;
-  j["rope_scaling"] = nullptr;
+  j["rope_scaling"] = rope_scaling.ToJson();
   j["hidden_act"] = "silu";
   j["tie_word_embeddings"] = tie_word_embeddings;
-  j["bos_token_id"] = bos_token_id;
+  if (qwen2) {
+    // Qwen2's biases are implied by the architecture; a window needs use_sliding_window.
+    j["use_sliding_window"] = sliding_window > 0;
+    j["sliding_window"] = sliding_window > 0 ? Json(sliding_window) : Json(nullptr);
+    j["max_window_layers"] = first_window_layer;
+  } else if (mistral) {
+    j["sliding_window"] = sliding_window > 0 ? Json(sliding_window) : Json(nullptr);
+  } else {
+    j["attention_bias"] = qkv_bias;
+  }
+  j["bos_token_id"] = bos_token_id >= 0 ? Json(bos_token_id) : Json(nullptr);
   if (eos_token_ids.size() == 1) {
     j["eos_token_id"] = eos_token_ids[0];
   } else {
@@ -188,7 +254,9 @@ int64_t ModelConfig::NumParameters() const {
   const int64_t h = hidden_size, i = intermediate_size, d = head_dim;
   const int64_t attn = h * num_attention_heads * d * 2 + h * num_key_value_heads * d * 2;
   const int64_t mlp = 3 * h * i;
-  const int64_t per_layer = attn + mlp + 2 * h;
+  const int64_t biases = (qkv_bias ? (num_attention_heads + 2 * num_key_value_heads) * d : 0) +
+                         (o_bias ? h : 0);
+  const int64_t per_layer = attn + biases + mlp + 2 * h;
   const int64_t embed = static_cast<int64_t>(vocab_size) * h;
   return per_layer * num_hidden_layers + embed * (tie_word_embeddings ? 1 : 2) + h;
 }

@@ -8,10 +8,12 @@
 
 #include "absl/status/statusor.h"
 #include "common/dtype.h"
+#include "common/rope.h"
 
 namespace tessera {
 
-// The fields of a Hugging Face `config.json` that a LlamaForCausalLM forward pass needs.
+// The fields of a Hugging Face `config.json` that the forward pass of the Llama family
+// (LlamaForCausalLM, MistralForCausalLM, Qwen2ForCausalLM) needs.
 struct ModelConfig {
   std::string architecture = "LlamaForCausalLM";
   int hidden_size = 0;
@@ -24,8 +26,18 @@ struct ModelConfig {
   int max_position_embeddings = 0;
   float rms_norm_eps = 1e-5f;
   float rope_theta = 10000.0f;
+  RopeScaling rope_scaling;
   bool tie_word_embeddings = false;
-  int bos_token_id = 1;
+  // q/k/v projections carry biases (Qwen2 always; Llama with "attention_bias").
+  bool qkv_bias = false;
+  // o_proj carries a bias (Llama "attention_bias"; never Qwen2).
+  bool o_bias = false;
+  // Sliding-window attention: a query at position q sees keys k with q - W < k <= q.
+  // 0 = full causal attention. Applies to layers >= first_window_layer (Mistral: all;
+  // Qwen2: max_window_layers, and only with use_sliding_window).
+  int sliding_window = 0;
+  int first_window_layer = 0;
+  int bos_token_id = 1;  // -1: the model has none (Qwen2 adds no BOS).
   std::vector<int> eos_token_ids;  // Llama 3 lists several.
   DType torch_dtype = DType::kF32;
 
@@ -36,6 +48,15 @@ struct ModelConfig {
 
   // Serialises back to config.json (used by the checkpoint generator and converter).
   std::string ToJson() const;
+
+  // The attention window of layer `layer` (0: none).
+  int SlidingWindowOf(int layer) const {
+    return sliding_window > 0 && layer >= first_window_layer ? sliding_window : 0;
+  }
+  // The rotary frequencies and cos/sin scale for this config's rope_scaling.
+  RopeFrequencies Rope() const {
+    return ComputeRopeFrequencies(rope_scaling, head_dim, rope_theta, max_position_embeddings);
+  }
 
   // Number of parameters (lm_head counted unless tied).
   int64_t NumParameters() const;

@@ -45,6 +45,9 @@ struct AttentionBatch {
   const int32_t* block_tables = nullptr;  // [num_seqs, max_blocks_per_seq]
   int max_blocks_per_seq = 0;
   const int64_t* slot_mapping = nullptr;  // [num_tokens]: block_id * block_size + offset
+  // Sliding-window attention (set per layer): a query at position q sees the keys at
+  // positions k with q - sliding_window < k <= q. 0: every earlier key (plain causal).
+  int sliding_window = 0;
 };
 
 class Backend {
@@ -83,10 +86,16 @@ class Backend {
   virtual void Gemm(const float* x, int64_t m, MatrixView w, float* y) = 0;
 
   // Hugging Face rotate-half RoPE, in place, on the first num_q_heads + num_kv_heads heads
-  // of each row of `qkv` (row length `row_stride` floats; q heads then k heads).
-  // positions [n].
+  // of each row of `qkv` (row length `row_stride` floats; q heads then k heads). Pair
+  // (i, i + head_dim / 2) turns by the float32 angle positions[r] * inv_freq[i]; cos and
+  // sin are multiplied by `cos_sin_scale` (1 except for yarn). positions [n],
+  // inv_freq [head_dim / 2] (backend memory, from ComputeRopeFrequencies).
   virtual void Rope(float* qkv, int n, int row_stride, const int32_t* positions, int num_q_heads,
-                    int num_kv_heads, int head_dim, float theta) = 0;
+                    int num_kv_heads, int head_dim, const float* inv_freq,
+                    float cos_sin_scale) = 0;
+
+  // y[i, j] += bias[j]. y [n, dim], bias [dim] (Qwen2's fused q/k/v bias).
+  virtual void AddBias(float* y, const float* bias, int n, int dim) = 0;
 
   // out[i, j] = silu(gate_up[i, j]) * gate_up[i, inter + j]. gate_up [n, 2*inter], out [n, inter].
   virtual void SiluMul(const float* gate_up, int n, int inter, float* out) = 0;

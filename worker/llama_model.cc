@@ -108,6 +108,12 @@ absl::StatusOr<std::unique_ptr<LlamaModel>> LlamaModel::Load(const std::filesyst
   ASSIGN_OR_RETURN(std::unique_ptr<Checkpoint> checkpoint, Checkpoint::Open(model_dir));
   ASSIGN_OR_RETURN(model->weights_, LoadModelWeights(*checkpoint, model->config_, model->layout_,
                                                      backend, progress));
+  const RopeFrequencies rope = model->config_.Rope();
+  ASSIGN_OR_RETURN(model->rope_inv_freq_,
+                   DeviceBuffer::Allocate(backend, rope.inv_freq.size() * sizeof(float),
+                                          "RoPE frequencies"));
+  Upload(backend, model->rope_inv_freq_, rope.inv_freq);
+  model->rope_scale_ = rope.attention_scaling;
   RETURN_IF_ERROR(CheckBackend(*backend, "uploading the weights"));
   model->backend_ = backend;
   model->comm_ = comm;
@@ -217,13 +223,17 @@ absl::Status LlamaModel::Forward(const StepBatch& batch, KvCache* cache,
       be.AddRmsNorm(hidden, proj, lw.input_norm.as<float>(), n, h, eps, normed);
     }
     be.Gemm(normed, n, lw.qkv.view, qkv);
-    be.Rope(qkv, n, qkv_dim, w.positions.as<int32_t>(), nq, nkv, hd, config_.rope_theta);
+    if (lw.qkv_bias.get() != nullptr) be.AddBias(qkv, lw.qkv_bias.as<float>(), n, qkv_dim);
+    be.Rope(qkv, n, qkv_dim, w.positions.as<int32_t>(), nq, nkv, hd,
+            rope_inv_freq_.as<float>(), rope_scale_);
+    attn_batch.sliding_window = config_.SlidingWindowOf(l);
     be.WriteKvCache(qkv + nq * hd, qkv + (nq + nkv) * hd, qkv_dim, w.slots.as<int64_t>(), n,
                     cache->shape(), cache->k(l), cache->v(l));
     be.PagedAttention(qkv, qkv_dim, attn_batch, cache->k(l), cache->v(l), cache->shape(), nq,
                       scale, w.attn.as<float>());
     be.Gemm(w.attn.as<float>(), n, lw.o.view, proj);
     RETURN_IF_ERROR(comm_->AllReduceSum(proj, static_cast<size_t>(n) * h));
+    if (lw.o_bias.get() != nullptr) be.AddBias(proj, lw.o_bias.as<float>(), n, h);
     be.AddRmsNorm(hidden, proj, lw.post_norm.as<float>(), n, h, eps, normed);
     be.Gemm(normed, n, lw.gate_up.view, w.gate_up.as<float>());
     be.SiluMul(w.gate_up.as<float>(), n, inter, w.act.as<float>());

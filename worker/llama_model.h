@@ -75,6 +75,8 @@ class LlamaModel {
   kernels::Backend* backend_ = nullptr;
   Communicator* comm_ = nullptr;
   ModelWeights weights_;
+  DeviceBuffer rope_inv_freq_;  // [head_dim / 2] float, from config_.Rope().
+  float rope_scale_ = 1.0f;     // cos/sin scale (yarn's attention factor).
 
   // Per-step scratch in backend memory, grown on demand.
   struct Workspace {

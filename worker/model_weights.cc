@@ -60,11 +60,25 @@ class Loader {
   }
 
   absl::StatusOr<DeviceBuffer> Vector(const std::string& name, int64_t size) {
-    RETURN_IF_ERROR(CheckShape({name, {size}, {0, 1}, {0, size}}));
+    return FusedVector({{name, {size}, {0, 1}, {0, size}}});
+  }
+
+  // Concatenates slices `cols` of 1-D tensors (full_shape {n}) into one float vector.
+  absl::StatusOr<DeviceBuffer> FusedVector(const std::vector<Part>& parts) {
+    int64_t size = 0;
+    for (const Part& p : parts) {
+      RETURN_IF_ERROR(CheckShape(p));
+      size += p.cols.size();
+    }
     std::vector<float> staging(size);
-    RETURN_IF_ERROR(checkpoint_.ReadSlice(name, {0, 1}, {0, size}, DType::kF32, staging.data()));
+    int64_t offset = 0;
+    for (const Part& p : parts) {
+      RETURN_IF_ERROR(
+          checkpoint_.ReadSlice(p.name, {0, 1}, p.cols, DType::kF32, staging.data() + offset));
+      offset += p.cols.size();
+    }
     ASSIGN_OR_RETURN(DeviceBuffer buffer,
-                     DeviceBuffer::Allocate(backend_, size * sizeof(float), name));
+                     DeviceBuffer::Allocate(backend_, size * sizeof(float), parts[0].name));
     backend_->CopyToDevice(buffer.get(), staging.data(), size * sizeof(float));
     Done(size * sizeof(float));
     return buffer;
@@ -101,7 +115,8 @@ absl::StatusOr<ModelWeights> LoadModelWeights(const Checkpoint& checkpoint,
 
   ModelWeights w;
   w.tied = c.tie_word_embeddings || !checkpoint.Has("lm_head.weight");
-  const int total = 2 + (w.tied ? 0 : 1) + c.num_hidden_layers * 6;
+  const int total = 2 + (w.tied ? 0 : 1) +
+                    c.num_hidden_layers * (6 + (c.qkv_bias ? 1 : 0) + (c.o_bias ? 1 : 0));
   Loader load(checkpoint, backend, total, progress);
 
   ASSIGN_OR_RETURN(w.embed, load.Matrix({{"model.embed_tokens.weight", {vocab, h}, s.vocab, all_h}}));
@@ -118,7 +133,17 @@ absl::StatusOr<ModelWeights> LoadModelWeights(const Checkpoint& checkpoint,
     ASSIGN_OR_RETURN(layer.qkv, load.Matrix({{p + "self_attn.q_proj.weight", {nq * hd, h}, q_rows, all_h},
                                              {p + "self_attn.k_proj.weight", {nkv * hd, h}, kv_rows, all_h},
                                              {p + "self_attn.v_proj.weight", {nkv * hd, h}, kv_rows, all_h}}));
+    if (c.qkv_bias) {
+      // Sliced exactly like the weight rows they belong to (replicated KV heads included).
+      ASSIGN_OR_RETURN(layer.qkv_bias,
+                       load.FusedVector({{p + "self_attn.q_proj.bias", {nq * hd}, {0, 1}, q_rows},
+                                         {p + "self_attn.k_proj.bias", {nkv * hd}, {0, 1}, kv_rows},
+                                         {p + "self_attn.v_proj.bias", {nkv * hd}, {0, 1}, kv_rows}}));
+    }
     ASSIGN_OR_RETURN(layer.o, load.Matrix({{p + "self_attn.o_proj.weight", {h, nq * hd}, all_h, q_rows}}));
+    if (c.o_bias) {
+      ASSIGN_OR_RETURN(layer.o_bias, load.Vector(p + "self_attn.o_proj.bias", h));
+    }
     ASSIGN_OR_RETURN(layer.gate_up, load.Matrix({{p + "mlp.gate_proj.weight", {inter, h}, s.intermediate, all_h},
                                                  {p + "mlp.up_proj.weight", {inter, h}, s.intermediate, all_h}}));
     ASSIGN_OR_RETURN(layer.down, load.Matrix({{p + "mlp.down_proj.weight", {h, inter}, all_h, s.intermediate}}));

@@ -30,6 +30,11 @@ struct LayerWeights {
   DeviceMatrix down;     // [hidden, intermediate]          row-parallel
   DeviceBuffer input_norm;  // [hidden] float
   DeviceBuffer post_norm;   // [hidden] float
+  // [(q_heads + 2 * kv_heads) * head_dim] float, this rank's q/k/v bias slices fused like
+  // the qkv rows; empty without biases (Llama, Mistral).
+  DeviceBuffer qkv_bias;
+  // [hidden] float, whole on every rank (added once, after the all-reduce); empty without.
+  DeviceBuffer o_bias;
 };
 
 struct ModelWeights {

@@ -113,7 +113,17 @@ absl::StatusOr<std::unique_ptr<LlamaStepBench>> LlamaStepBench::Create(
   bench->embed_ = weights(shape.vocab, h, 1.0f);
   bench->lm_head_ = weights(shape.vocab, h, scale);
   bench->final_norm_ = norm();
-  if (bench->embed_ == nullptr || bench->lm_head_ == nullptr || bench->final_norm_ == nullptr) {
+  std::vector<float> inv_freq(shape.head_dim / 2);
+  for (size_t i = 0; i < inv_freq.size(); ++i) {
+    inv_freq[i] = static_cast<float>(
+        1.0 / std::pow(static_cast<double>(shape.rope_theta), 2.0 * i / shape.head_dim));
+  }
+  bench->inv_freq_ = static_cast<float*>(bench->Alloc(inv_freq.size() * sizeof(float)));
+  if (bench->inv_freq_ != nullptr) {
+    backend->CopyToDevice(bench->inv_freq_, inv_freq.data(), inv_freq.size() * sizeof(float));
+  }
+  if (bench->embed_ == nullptr || bench->lm_head_ == nullptr || bench->final_norm_ == nullptr ||
+      bench->inv_freq_ == nullptr) {
     return absl::ResourceExhaustedError("out of GPU memory for embedding / lm_head");
   }
   backend->Synchronize();
@@ -144,7 +154,8 @@ void LlamaStepBench::RunStep(const Buffers& b, Part part) {
     }
     if (gemms) be.Gemm(b.normed, t, MatrixView{w.qkv, DType::kBF16, qkv_rows, h}, b.qkv);
     if (all) {
-      be.Rope(b.qkv, t, qkv_rows, b.positions, s.q_heads, s.kv_heads, s.head_dim, s.rope_theta);
+      be.Rope(b.qkv, t, qkv_rows, b.positions, s.q_heads, s.kv_heads, s.head_dim, inv_freq_,
+              1.0f);
       be.WriteKvCache(b.qkv + q_width, b.qkv + q_width + s.kv_heads * s.head_dim, qkv_rows,
                       b.slots, t, b.cache_shape, w.k_cache, w.v_cache);
     }

@@ -78,6 +78,7 @@ class LlamaStepBench {
   void* embed_ = nullptr;
   void* lm_head_ = nullptr;
   float* final_norm_ = nullptr;
+  float* inv_freq_ = nullptr;  // [head_dim / 2] plain (unscaled) RoPE frequencies.
 };
 
 }  // namespace tessera::bench

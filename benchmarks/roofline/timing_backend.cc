@@ -40,10 +40,16 @@ void TimingBackend::Gemm(const float* x, int64_t m, kernels::MatrixView w, float
 }
 
 void TimingBackend::Rope(float* qkv, int n, int row_stride, const int32_t* positions,
-                         int num_q_heads, int num_kv_heads, int head_dim, float theta) {
+                         int num_q_heads, int num_kv_heads, int head_dim, const float* inv_freq,
+                         float cos_sin_scale) {
   Timed("rope", 0, [&] {
-    inner_->Rope(qkv, n, row_stride, positions, num_q_heads, num_kv_heads, head_dim, theta);
+    inner_->Rope(qkv, n, row_stride, positions, num_q_heads, num_kv_heads, head_dim, inv_freq,
+                 cos_sin_scale);
   });
+}
+
+void TimingBackend::AddBias(float* y, const float* bias, int n, int dim) {
+  Timed("add_bias", 0, [&] { inner_->AddBias(y, bias, n, dim); });
 }
 
 void TimingBackend::SiluMul(const float* gate_up, int n, int inter, float* out) {

@@ -45,7 +45,9 @@ class TimingBackend final : public kernels::Backend {
                   float* out) override;
   void Gemm(const float* x, int64_t m, kernels::MatrixView w, float* y) override;
   void Rope(float* qkv, int n, int row_stride, const int32_t* positions, int num_q_heads,
-            int num_kv_heads, int head_dim, float theta) override;
+            int num_kv_heads, int head_dim, const float* inv_freq,
+            float cos_sin_scale) override;
+  void AddBias(float* y, const float* bias, int n, int dim) override;
   void SiluMul(const float* gate_up, int n, int inter, float* out) override;
   void WriteKvCache(const float* k, const float* v, int row_stride, const int64_t* slots, int n,
                     const kernels::KvCacheShape& shape, float* k_cache, float* v_cache) override;

@@ -28,24 +28,32 @@ struct TokenInfo {
 // each row as one run instead of striding a page per position and head. Two passes: the
 // scores (kept, so exp runs once per score), then the probability-weighted V rows.
 void AttendHeads(const VecOps& ops, const float* q_row, const int32_t* block_table,
-                 int position, int head_begin, int head_end, int group, const float* k_cache,
+                 int position, int window, int head_begin, int head_end, int group,
+                 const float* k_cache,
                  const float* v_cache, const KvCacheShape& shape, float scale,
                  std::vector<float>& scores, float* out_row) {
   const int head_dim = shape.head_dim;
   const int heads = head_end - head_begin;
   std::memset(out_row + static_cast<int64_t>(head_begin) * head_dim, 0,
               sizeof(float) * heads * head_dim);
-  const int n_ctx = position + 1;
+  // Keys [first, position] are visible: all of them, or the last `window`.
+  const int first = window > 0 ? std::max(0, position - window + 1) : 0;
+  const int n_ctx = position + 1 - first;
   if (n_ctx <= 0) return;
   const int block_size = shape.block_size;
   const int64_t row = static_cast<int64_t>(shape.num_kv_heads) * head_dim;
   const size_t needed = static_cast<size_t>(heads) * n_ctx;
   if (scores.size() < needed) scores.resize(needed);
 
-  for (int p0 = 0; p0 < n_ctx; p0 += block_size) {
-    const int64_t block = block_table[p0 / block_size];
-    const float* k_block = k_cache + block * block_size * row;
-    const int count = std::min(block_size, n_ctx - p0);
+  // Runs of keys within one block: [p0, p0 + count) relative to `first`.
+  auto run_at = [&](int p0, int* count) {
+    const int pos = first + p0;
+    *count = std::min(block_size - pos % block_size, n_ctx - p0);
+    return static_cast<int64_t>(block_table[pos / block_size]) * block_size * row +
+           static_cast<int64_t>(pos % block_size) * row;
+  };
+  for (int p0 = 0, count = 0; p0 < n_ctx; p0 += count) {
+    const float* k_block = k_cache + run_at(p0, &count);
     for (int i = 0; i < count; ++i) {
       const float* k = k_block + i * row;
       for (int h = head_begin; h < head_end; ++h) {
@@ -68,10 +76,8 @@ void AttendHeads(const VecOps& ops, const float* q_row, const int32_t* block_tab
     }
     inv_sums[h] = static_cast<float>(1.0 / sum);
   }
-  for (int p0 = 0; p0 < n_ctx; p0 += block_size) {
-    const int64_t block = block_table[p0 / block_size];
-    const float* v_block = v_cache + block * block_size * row;
-    const int count = std::min(block_size, n_ctx - p0);
+  for (int p0 = 0, count = 0; p0 < n_ctx; p0 += count) {
+    const float* v_block = v_cache + run_at(p0, &count);
     for (int i = 0; i < count; ++i) {
       const float* v = v_block + i * row;
       for (int h = head_begin; h < head_end; ++h) {
@@ -130,14 +136,17 @@ void PagedAttentionAtLevel(SimdLevel level, const float* q, int q_stride,
       const TokenInfo& info = tokens[t];
       const int32_t* table =
           batch.block_tables + static_cast<int64_t>(info.seq) * batch.max_blocks_per_seq;
-      AttendHeads(ops, q + t * q_stride, table, info.position, head_begin, head_end, group,
-                  k_cache, v_cache, shape, scale, scores, out + t * out_stride);
+      AttendHeads(ops, q + t * q_stride, table, info.position, batch.sliding_window, head_begin,
+                  head_end, group, k_cache, v_cache, shape, scale, scores, out + t * out_stride);
     }
   };
   const int64_t units = static_cast<int64_t>(batch.num_tokens) * runs;
   // Waking the pool costs microseconds: small models' decode steps run faster inline.
   int64_t work = 0;
-  for (int t = 0; t < batch.num_tokens; ++t) work += tokens[t].position + 1;
+  for (int t = 0; t < batch.num_tokens; ++t) {
+    const int keys = tokens[t].position + 1;
+    work += batch.sliding_window > 0 ? std::min(keys, batch.sliding_window) : keys;
+  }
   work *= static_cast<int64_t>(num_q_heads) * head_dim;
   if (pool == nullptr || units == 1 || work < kMinParallelAttentionWork) {
     run(0, units);

@@ -9,7 +9,8 @@ namespace tessera::kernels {
 
 // Causal paged attention, prefill and decode alike (see Backend::PagedAttention). Token j
 // of sequence s (of n new tokens) sits at position context_lens[s] - n + j and attends to
-// cache positions [0, position]. Float32 throughout, softmax with max subtraction.
+// cache positions [0, position], or (position - batch.sliding_window, position] with a
+// window. Float32 throughout, softmax with max subtraction.
 // Parallel over (token, query head) on `pool` (may be null). All batch arrays are host
 // memory. Uses the ActiveSimdLevel() code path.
 void PagedAttention(const float* q, int q_stride, const AttentionBatch& batch,

@@ -84,9 +84,13 @@ class CpuBackend final : public Backend {
     kernels::Gemm(x, m, w, y, &pool_);
   }
   void Rope(float* qkv, int n, int row_stride, const int32_t* positions, int num_q_heads,
-            int num_kv_heads, int head_dim, float theta) override {
-    kernels::Rope(qkv, n, row_stride, positions, num_q_heads, num_kv_heads, head_dim, theta,
-                  &pool_);
+            int num_kv_heads, int head_dim, const float* inv_freq,
+            float cos_sin_scale) override {
+    kernels::Rope(qkv, n, row_stride, positions, num_q_heads, num_kv_heads, head_dim, inv_freq,
+                  cos_sin_scale, &pool_);
+  }
+  void AddBias(float* y, const float* bias, int n, int dim) override {
+    kernels::AddBias(y, bias, n, dim, &pool_);
   }
   void SiluMul(const float* gate_up, int n, int inter, float* out) override {
     kernels::SiluMul(gate_up, n, inter, out, &pool_);

@@ -49,6 +49,17 @@ void Add(float* y, const float* x, size_t n, ThreadPool* pool) {
             });
 }
 
+void AddBias(float* y, const float* bias, int n, int dim, ThreadPool* pool) {
+  if (n <= 0 || dim <= 0) return;
+  const int64_t grain = std::max<int64_t>(1, kMinChunkElements * 4 / dim);
+  ForChunks(n, grain, pool, [&](int64_t begin, int64_t end) {
+    for (int64_t r = begin; r < end; ++r) {
+      float* row = y + r * dim;
+      for (int j = 0; j < dim; ++j) row[j] += bias[j];
+    }
+  });
+}
+
 void EmbeddingGather(const int32_t* ids, int n, const MatrixView& table, int64_t vocab_begin,
                      float* out, ThreadPool* pool) {
   if (n <= 0) return;

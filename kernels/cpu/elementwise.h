@@ -17,6 +17,9 @@ void SiluMul(const float* gate_up, int n, int inter, float* out, ThreadPool* poo
 // y[i] += x[i], i < n.
 void Add(float* y, const float* x, size_t n, ThreadPool* pool);
 
+// y[i, j] += bias[j]; y [n, dim], bias [dim].
+void AddBias(float* y, const float* bias, int n, int dim, ThreadPool* pool);
+
 // out[i, :] = table row ids[i] - vocab_begin converted to float when that row exists in
 // this shard ([0, table.rows)), else zeros. out [n, table.cols].
 void EmbeddingGather(const int32_t* ids, int n, const MatrixView& table, int64_t vocab_begin,

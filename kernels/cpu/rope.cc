@@ -7,25 +7,22 @@
 namespace tessera::kernels {
 
 void Rope(float* qkv, int n, int row_stride, const int32_t* positions, int num_q_heads,
-          int num_kv_heads, int head_dim, float theta, ThreadPool* pool) {
+          int num_kv_heads, int head_dim, const float* inv_freq, float cos_sin_scale,
+          ThreadPool* pool) {
   const int half = head_dim / 2;
   const int heads = num_q_heads + num_kv_heads;
   if (n <= 0 || half <= 0 || heads <= 0) return;
-  std::vector<double> inv_freq(half);
-  for (int i = 0; i < half; ++i) {
-    inv_freq[i] = std::pow(static_cast<double>(theta), -2.0 * i / head_dim);
-  }
   auto run = [&](int64_t begin, int64_t end) {
     thread_local std::vector<float> cos_sin;
     cos_sin.resize(2 * static_cast<size_t>(half));
     float* cs = cos_sin.data();
     float* sn = cs + half;
     for (int64_t r = begin; r < end; ++r) {
-      const double pos = positions[r];
+      const float pos = static_cast<float>(positions[r]);
       for (int i = 0; i < half; ++i) {
-        const double angle = pos * inv_freq[i];
-        cs[i] = static_cast<float>(std::cos(angle));
-        sn[i] = static_cast<float>(std::sin(angle));
+        const double angle = pos * inv_freq[i];  // Rounded to float32 before widening.
+        cs[i] = static_cast<float>(std::cos(angle)) * cos_sin_scale;
+        sn[i] = static_cast<float>(std::sin(angle)) * cos_sin_scale;
       }
       float* row = qkv + r * row_stride;
       for (int h = 0; h < heads; ++h) {

@@ -27,6 +27,7 @@ struct AttentionArgs {
   int num_kv_heads;
   int num_q_heads;
   float scale;
+  int window;  // AttentionBatch::sliding_window; 0 = none.
   float* out;  // [num_tokens, num_q_heads * head_dim]
 };
 
@@ -55,9 +56,11 @@ __global__ void __launch_bounds__(kSplitThreads)
   const int seq = paged::SeqOfToken(a.query_start, a.num_seqs, token);
   const int q_begin = a.query_start[seq];
   const int num_new = a.query_start[seq + 1] - q_begin;
-  const int kv_len = paged::TokenPosition(a.context_lens[seq], num_new, token - q_begin) + 1;
+  const int position = paged::TokenPosition(a.context_lens[seq], num_new, token - q_begin);
+  const int kv_len = position + 1;
   const int kv_head = paged::KvHeadOf(head, a.num_q_heads, a.num_kv_heads);
-  const int begin = part * partition_size;
+  // Partitions wholly before the window find no keys and report an empty softmax.
+  const int begin = max(part * partition_size, paged::FirstVisibleKey(position, a.window));
   const int end = min(kv_len, begin + partition_size);
   const int group = threadIdx.x / L::kGroup;
   const int d0 = (threadIdx.x % L::kGroup) * L::kPerThread;
@@ -210,6 +213,10 @@ __global__ void __launch_bounds__(kPrefillThreads) AttentionPrefillKernel(Attent
   const int kv_head = paged::KvHeadOf(head, a.num_q_heads, a.num_kv_heads);
   const int32_t* table = a.block_tables + static_cast<int64_t>(seq) * a.max_blocks_per_seq;
   const int kv_end = paged::TokenPosition(context_len, num_new, first + rows - 1) + 1;
+  // The tile's first row sees the earliest key; whole key tiles before it are skipped.
+  const int kv_begin =
+      paged::FirstVisibleKey(paged::TokenPosition(context_len, num_new, first), a.window) /
+      kPrefillKeys * kPrefillKeys;
 
   for (int e = threadIdx.x; e < kPrefillRows * D; e += kPrefillThreads) {
     const int r = e / D;
@@ -232,7 +239,7 @@ __global__ void __launch_bounds__(kPrefillThreads) AttentionPrefillKernel(Attent
     pos[rr] = paged::TokenPosition(context_len, num_new, first + warp * kRowsPerWarp + rr);
   }
 
-  for (int k0 = 0; k0 < kv_end; k0 += kPrefillKeys) {
+  for (int k0 = kv_begin; k0 < kv_end; k0 += kPrefillKeys) {
     __syncthreads();  // The previous tile is consumed (and s_q is complete).
     for (int e = threadIdx.x; e < kPrefillKeys * D; e += kPrefillThreads) {
       const int j = e / D;
@@ -256,7 +263,7 @@ __global__ void __launch_bounds__(kPrefillThreads) AttentionPrefillKernel(Attent
       if (r >= rows) break;  // Same r for the whole warp.
       const int key = k0 + lane;
       float s = -INFINITY;
-      if (key <= pos[rr]) {
+      if (key <= pos[rr] && key >= paged::FirstVisibleKey(pos[rr], a.window)) {
         float dot = 0.0f;
         for (int d = 0; d < D; ++d) dot += s_q[r][d] * s_k[lane][d];
         s = dot;
@@ -330,6 +337,7 @@ AttentionArgs MakeArgs(const float* q, int q_stride, const AttentionBatch& batch
                        shape.num_kv_heads,
                        num_q_heads,
                        scale,
+                       batch.sliding_window,
                        out};
 }
 

@@ -213,11 +213,17 @@ void CudaBackend::Gemm(const float* x, int64_t m, MatrixView w, float* y) {
 }
 
 void CudaBackend::Rope(float* qkv, int n, int row_stride, const int32_t* positions,
-                       int num_q_heads, int num_kv_heads, int head_dim, float theta) {
+                       int num_q_heads, int num_kv_heads, int head_dim, const float* inv_freq,
+                       float cos_sin_scale) {
   std::string error;
   RecordLaunch(gpu::LaunchRope(qkv, n, row_stride, positions, num_q_heads, num_kv_heads,
-                               head_dim, theta, stream_, &error),
+                               head_dim, inv_freq, cos_sin_scale, stream_, &error),
                error);
+}
+
+void CudaBackend::AddBias(float* y, const float* bias, int n, int dim) {
+  std::string error;
+  RecordLaunch(gpu::LaunchAddBias(y, bias, n, dim, stream_, &error), error);
 }
 
 void CudaBackend::SiluMul(const float* gate_up, int n, int inter, float* out) {

@@ -50,10 +50,12 @@ __global__ void RmsNormKernel(const float* x, float* hidden, const float* delta,
   }
 }
 
-// One thread per rotated pair (i, i + head_dim / 2). The angle is computed in double:
-// float32 angles drift by ~1e-4 rad at positions in the thousands.
+// One thread per rotated pair (i, i + head_dim / 2). The angle is the float32 product
+// position * inv_freq[i], as on the CPU backend and in transformers; its cos and sin are
+// taken in double so the two backends agree to float rounding.
 __global__ void RopeKernel(float* qkv, int n, int row_stride, const int32_t* positions,
-                           int heads, int head_dim, float theta) {
+                           int heads, int head_dim, const float* inv_freq,
+                           float cos_sin_scale) {
   const int half = head_dim / 2;
   const int64_t total = static_cast<int64_t>(n) * heads * half;
   for (int64_t e = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; e < total;
@@ -61,14 +63,16 @@ __global__ void RopeKernel(float* qkv, int n, int row_stride, const int32_t* pos
     const int i = static_cast<int>(e % half);
     const int h = static_cast<int>((e / half) % heads);
     const int64_t t = e / half / heads;
-    const double inv_freq = pow(static_cast<double>(theta), -2.0 * i / head_dim);
-    double s, c;
-    sincos(static_cast<double>(positions[t]) * inv_freq, &s, &c);
+    const float angle = __fmul_rn(static_cast<float>(positions[t]), inv_freq[i]);
+    double sd, cd;
+    sincos(static_cast<double>(angle), &sd, &cd);
+    const float c = static_cast<float>(cd) * cos_sin_scale;
+    const float s = static_cast<float>(sd) * cos_sin_scale;
     float* p = qkv + t * row_stride + static_cast<int64_t>(h) * head_dim;
     const float x1 = p[i];
     const float x2 = p[i + half];
-    p[i] = static_cast<float>(x1 * c - x2 * s);
-    p[i + half] = static_cast<float>(x2 * c + x1 * s);
+    p[i] = x1 * c - x2 * s;
+    p[i + half] = x2 * c + x1 * s;
   }
 }
 
@@ -96,6 +100,13 @@ __global__ void WriteKvCacheKernel(const float* k, const float* v, int row_strid
     if (slot < 0 || slot >= num_slots) continue;
     k_cache[slot * width + j] = k[i * row_stride + j];
     v_cache[slot * width + j] = v[i * row_stride + j];
+  }
+}
+
+__global__ void AddBiasKernel(float* y, const float* bias, int64_t total, int dim) {
+  for (int64_t e = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; e < total;
+       e += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    y[e] += bias[e % dim];
   }
 }
 
@@ -165,8 +176,8 @@ bool LaunchAddRmsNorm(float* hidden, const float* delta, const float* weight, in
 }
 
 bool LaunchRope(float* qkv, int n, int row_stride, const int32_t* positions, int num_q_heads,
-                int num_kv_heads, int head_dim, float theta, cudaStream_t stream,
-                std::string* error) {
+                int num_kv_heads, int head_dim, const float* inv_freq, float cos_sin_scale,
+                cudaStream_t stream, std::string* error) {
   if (head_dim <= 0 || head_dim % 2 != 0) {
     return Fail(error, "Rope: head_dim " + std::to_string(head_dim) + " must be even");
   }
@@ -174,8 +185,17 @@ bool LaunchRope(float* qkv, int n, int row_stride, const int32_t* positions, int
   if (n <= 0 || heads <= 0) return true;
   const int64_t total = static_cast<int64_t>(n) * heads * (head_dim / 2);
   RopeKernel<<<GridFor(total, kThreads), kThreads, 0, stream>>>(qkv, n, row_stride, positions,
-                                                                heads, head_dim, theta);
+                                                                heads, head_dim, inv_freq,
+                                                                cos_sin_scale);
   return CheckLaunch("Rope", error);
+}
+
+bool LaunchAddBias(float* y, const float* bias, int n, int dim, cudaStream_t stream,
+                   std::string* error) {
+  if (n <= 0 || dim <= 0) return true;
+  const int64_t total = static_cast<int64_t>(n) * dim;
+  AddBiasKernel<<<GridFor(total, kThreads), kThreads, 0, stream>>>(y, bias, total, dim);
+  return CheckLaunch("AddBias", error);
 }
 
 bool LaunchSiluMul(const float* gate_up, int n, int inter, float* out, cudaStream_t stream,

@@ -25,8 +25,10 @@ bool LaunchRmsNorm(const float* x, const float* weight, int n, int dim, float ep
 bool LaunchAddRmsNorm(float* hidden, const float* delta, const float* weight, int n, int dim,
                       float eps, float* out, cudaStream_t stream, std::string* error);
 bool LaunchRope(float* qkv, int n, int row_stride, const int32_t* positions, int num_q_heads,
-                int num_kv_heads, int head_dim, float theta, cudaStream_t stream,
-                std::string* error);
+                int num_kv_heads, int head_dim, const float* inv_freq, float cos_sin_scale,
+                cudaStream_t stream, std::string* error);
+bool LaunchAddBias(float* y, const float* bias, int n, int dim, cudaStream_t stream,
+                   std::string* error);
 bool LaunchSiluMul(const float* gate_up, int n, int inter, float* out, cudaStream_t stream,
                    std::string* error);
 // Slots outside [0, num_blocks * block_size) are skipped (padding tokens use -1).
@@ -46,6 +48,7 @@ bool LaunchGemv(const float* x, int m, MatrixView w, float* y, cudaStream_t stre
                 std::string* error);
 
 // ---- Paged attention (attention_kernels.cu). Supported head_dim: 8, 16, 32, 64, 128.
+// Both kernels honour batch.sliding_window (see AttentionBatch).
 bool AttentionHeadDimSupported(int head_dim);
 
 // Split-K ("flash-decoding") kernel: one thread block per (token, query head, context

@@ -33,6 +33,12 @@ TESSERA_HOST_DEVICE int64_t CacheOffset(int64_t slot, int num_kv_heads, int head
   return (slot * num_kv_heads + kv_head) * head_dim;
 }
 
+// The first key position a query at `position` sees: position - window + 1 with a sliding
+// window (keys k with position - window < k <= position), else 0.
+TESSERA_HOST_DEVICE int FirstVisibleKey(int position, int window) {
+  return window > 0 && position - window + 1 > 0 ? position - window + 1 : 0;
+}
+
 // Grouped-query attention: query head h reads KV head h / (num_q_heads / num_kv_heads).
 TESSERA_HOST_DEVICE int KvHeadOf(int q_head, int num_q_heads, int num_kv_heads) {
   return q_head / (num_q_heads / num_kv_heads);

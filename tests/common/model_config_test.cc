@@ -1,5 +1,10 @@
 #include "common/model_config.h"
 
+#include <cmath>
+#include <numbers>
+#include <string>
+
+#include "absl/strings/str_cat.h"
 #include "gtest/gtest.h"
 #include "tests/support/test_model.h"
 
@@ -89,7 +94,147 @@ INSTANTIATE_TEST_SUITE_P(
         BadConfig{R"({"hidden_size": 0, "intermediate_size": 100, "num_attention_heads": 4, "num_hidden_layers": 1, "vocab_size": 10})",
                   "\"hidden_size\" must be positive"},
         BadConfig{R"({"hidden_size": 64, "eos_token_id": 99, "intermediate_size": 100, "num_attention_heads": 4, "num_hidden_layers": 1, "vocab_size": 10})",
-                  "eos_token_id 99 outside the vocabulary"}));
+                  "eos_token_id 99 outside the vocabulary"},
+        BadConfig{R"({"hidden_size": 64, "rope_scaling": {"rope_type": "longrope", "factor": 2}, "intermediate_size": 100, "num_attention_heads": 4, "num_hidden_layers": 1, "vocab_size": 10})",
+                  "unsupported rope_type \"longrope\""},
+        BadConfig{R"({"hidden_size": 64, "rope_scaling": {"factor": 2}, "intermediate_size": 100, "num_attention_heads": 4, "num_hidden_layers": 1, "vocab_size": 10})",
+                  "missing field \"rope_type\""},
+        BadConfig{R"({"hidden_size": 64, "rope_scaling": {"rope_type": "llama3", "factor": 8, "low_freq_factor": 1, "high_freq_factor": 4}, "intermediate_size": 100, "num_attention_heads": 4, "num_hidden_layers": 1, "vocab_size": 10})",
+                  "needs field \"original_max_position_embeddings\""},
+        BadConfig{R"({"hidden_size": 64, "rope_scaling": {"type": "linear"}, "intermediate_size": 100, "num_attention_heads": 4, "num_hidden_layers": 1, "vocab_size": 10})",
+                  "needs field \"factor\""},
+        BadConfig{R"({"hidden_size": 64, "rope_scaling": {"type": "yarn", "factor": "4"}, "intermediate_size": 100, "num_attention_heads": 4, "num_hidden_layers": 1, "vocab_size": 10})",
+                  "\"factor\" must be a number"},
+        BadConfig{R"({"hidden_size": 64, "rope_scaling": {"type": "dynamic", "factor": -1}, "intermediate_size": 100, "num_attention_heads": 4, "num_hidden_layers": 1, "vocab_size": 10})",
+                  "\"factor\" must be positive"},
+        BadConfig{R"({"hidden_size": 64, "partial_rotary_factor": 0.5, "intermediate_size": 100, "num_attention_heads": 4, "num_hidden_layers": 1, "vocab_size": 10})",
+                  "partial_rotary_factor 0.5 is not supported"},
+        BadConfig{R"({"hidden_size": 64, "mlp_bias": true, "intermediate_size": 100, "num_attention_heads": 4, "num_hidden_layers": 1, "vocab_size": 10})",
+                  "mlp_bias"},
+        BadConfig{R"({"architectures": ["Qwen2ForCausalLM"], "use_sliding_window": true, "hidden_size": 64, "intermediate_size": 100, "num_attention_heads": 4, "num_hidden_layers": 1, "vocab_size": 10})",
+                  "missing field \"sliding_window\""}));
+
+constexpr char kShape[] =
+    R"("hidden_size": 64, "intermediate_size": 100, "num_attention_heads": 4, "num_hidden_layers": 30, "vocab_size": 10)";
+
+ModelConfig Parse(const std::string& fields) {
+  auto c = ModelConfig::FromJson(absl::StrCat("{", kShape, ", ", fields, "}"), "cfg");
+  EXPECT_TRUE(c.ok()) << c.status();
+  return c.ok() ? *c : ModelConfig{};
+}
+
+TEST(ModelConfigTest, Qwen2HasQkvBiasesAndNoBosAndItsWindowRule) {
+  ModelConfig c = Parse(R"("architectures": ["Qwen2ForCausalLM"], "sliding_window": 4096,
+                           "use_sliding_window": false, "tie_word_embeddings": true)");
+  EXPECT_TRUE(c.qkv_bias);
+  EXPECT_FALSE(c.o_bias);
+  EXPECT_EQ(c.bos_token_id, -1);
+  EXPECT_TRUE(c.tie_word_embeddings);
+  EXPECT_EQ(c.SlidingWindowOf(29), 0);  // Released Qwen2 models: no window at all.
+  c = Parse(R"("architectures": ["Qwen2ForCausalLM"], "sliding_window": 8,
+               "use_sliding_window": true, "max_window_layers": 20)");
+  EXPECT_EQ(c.SlidingWindowOf(19), 0);
+  EXPECT_EQ(c.SlidingWindowOf(20), 8);
+  auto back = ModelConfig::FromJson(c.ToJson(), "round trip");
+  ASSERT_TRUE(back.ok()) << back.status();
+  EXPECT_EQ(back->SlidingWindowOf(19), 0);
+  EXPECT_EQ(back->SlidingWindowOf(20), 8);
+  EXPECT_TRUE(back->qkv_bias);
+  EXPECT_EQ(back->bos_token_id, -1);
+}
+
+TEST(ModelConfigTest, MistralWindowOnEveryLayerAndNullMeansNone) {
+  EXPECT_EQ(Parse(R"("architectures": ["MistralForCausalLM"], "sliding_window": 4096)")
+                .SlidingWindowOf(0),
+            4096);
+  EXPECT_EQ(Parse(R"("architectures": ["MistralForCausalLM"], "sliding_window": null)")
+                .SlidingWindowOf(0),
+            0);
+  // Llama has no sliding window: the field is not Llama's.
+  EXPECT_EQ(Parse(R"("sliding_window": 16)").SlidingWindowOf(0), 0);
+}
+
+TEST(ModelConfigTest, LlamaAttentionBiasCoversQkvAndO) {
+  const ModelConfig c = Parse(R"("attention_bias": true)");
+  EXPECT_TRUE(c.qkv_bias);
+  EXPECT_TRUE(c.o_bias);
+  auto back = ModelConfig::FromJson(c.ToJson(), "round trip");
+  ASSERT_TRUE(back.ok()) << back.status();
+  EXPECT_TRUE(back->o_bias);
+}
+
+TEST(ModelConfigTest, RopeScalingRoundTripsWithLegacyTypeKey) {
+  const ModelConfig c = Parse(
+      R"("rope_scaling": {"type": "yarn", "factor": 4.0, "original_max_position_embeddings": 32768})");
+  EXPECT_EQ(c.rope_scaling.type, RopeScaling::Type::kYarn);
+  EXPECT_EQ(c.rope_scaling.original_max_position_embeddings, 32768);
+  auto back = ModelConfig::FromJson(c.ToJson(), "round trip");
+  ASSERT_TRUE(back.ok()) << back.status();
+  EXPECT_EQ(back->rope_scaling.type, RopeScaling::Type::kYarn);
+  EXPECT_DOUBLE_EQ(back->rope_scaling.factor, 4.0);
+  EXPECT_EQ(back->rope_scaling.original_max_position_embeddings, 32768);
+}
+
+// Llama 3.1's published values: frequencies with wavelengths under 8192 / 4 are kept, over
+// 8192 divided by 8, the band between blended.
+TEST(RopeFrequenciesTest, Llama3KeepsHighDividesLowBlendsBetween) {
+  RopeScaling r;
+  r.type = RopeScaling::Type::kLlama3;
+  r.factor = 8;
+  r.low_freq_factor = 1;
+  r.high_freq_factor = 4;
+  r.original_max_position_embeddings = 8192;
+  const RopeFrequencies f = ComputeRopeFrequencies(r, 128, 500000.0, 131072);
+  const RopeFrequencies plain = ComputeRopeFrequencies(RopeScaling{}, 128, 500000.0, 131072);
+  ASSERT_EQ(f.inv_freq.size(), 64u);
+  EXPECT_EQ(f.attention_scaling, 1.0f);
+  int kept = 0, divided = 0, blended = 0;
+  for (int i = 0; i < 64; ++i) {
+    const double wavelen = 2 * std::numbers::pi / plain.inv_freq[i];
+    if (wavelen < 2048) {
+      EXPECT_EQ(f.inv_freq[i], plain.inv_freq[i]) << i;
+      ++kept;
+    } else if (wavelen > 8192) {
+      EXPECT_FLOAT_EQ(f.inv_freq[i], plain.inv_freq[i] / 8) << i;
+      ++divided;
+    } else {
+      EXPECT_LT(f.inv_freq[i], plain.inv_freq[i]) << i;
+      EXPECT_GT(f.inv_freq[i], plain.inv_freq[i] / 8) << i;
+      ++blended;
+    }
+  }
+  EXPECT_GT(kept, 0);
+  EXPECT_GT(divided, 0);
+  EXPECT_GT(blended, 0);
+}
+
+TEST(RopeFrequenciesTest, LinearDynamicAndYarn) {
+  const RopeFrequencies plain = ComputeRopeFrequencies(RopeScaling{}, 64, 10000.0, 2048);
+  EXPECT_FLOAT_EQ(plain.inv_freq[1], static_cast<float>(std::pow(10000.0, -2.0 / 64)));
+  RopeScaling linear;
+  linear.type = RopeScaling::Type::kLinear;
+  linear.factor = 4;
+  const RopeFrequencies lin = ComputeRopeFrequencies(linear, 64, 10000.0, 2048);
+  for (int i = 0; i < 32; ++i) EXPECT_FLOAT_EQ(lin.inv_freq[i], plain.inv_freq[i] / 4);
+
+  // Static NTK: base * (factor^2 - factor + 1)^(d / (d - 2)).
+  RopeScaling dynamic = linear;
+  dynamic.type = RopeScaling::Type::kDynamic;
+  const RopeFrequencies dyn = ComputeRopeFrequencies(dynamic, 64, 10000.0, 2048);
+  const double base = 10000.0 * std::pow(13.0, 64.0 / 62.0);
+  EXPECT_FLOAT_EQ(dyn.inv_freq[0], 1.0f);
+  EXPECT_FLOAT_EQ(dyn.inv_freq[5], static_cast<float>(std::pow(base, -10.0 / 64)));
+
+  RopeScaling yarn = linear;
+  yarn.type = RopeScaling::Type::kYarn;
+  yarn.original_max_position_embeddings = 512;
+  const RopeFrequencies y = ComputeRopeFrequencies(yarn, 64, 10000.0, 2048);
+  EXPECT_FLOAT_EQ(y.attention_scaling, static_cast<float>(0.1 * std::log(4.0) + 1));
+  EXPECT_EQ(y.inv_freq[0], plain.inv_freq[0]);            // Fast dims extrapolate.
+  EXPECT_FLOAT_EQ(y.inv_freq[31], plain.inv_freq[31] / 4);  // Slow dims interpolate.
+  yarn.attention_factor = 1.5;
+  EXPECT_EQ(ComputeRopeFrequencies(yarn, 64, 10000.0, 2048).attention_scaling, 1.5f);
+}
 
 }  // namespace
 }  // namespace tessera

@@ -30,6 +30,7 @@ struct Scenario {
   std::vector<int32_t> context_lens;
   std::vector<int32_t> block_tables;
   int max_blocks = 0;
+  int sliding_window = 0;
   std::vector<float> q, k_cache, v_cache;
 
   int num_seqs() const { return static_cast<int>(context_lens.size()); }
@@ -42,6 +43,7 @@ struct Scenario {
     b.context_lens = context_lens.data();
     b.block_tables = block_tables.data();
     b.max_blocks_per_seq = max_blocks;
+    b.sliding_window = sliding_window;
     return b;
   }
 };
@@ -84,7 +86,8 @@ Scenario MakeScenario(const std::vector<int>& contexts, const std::vector<int>& 
 }
 
 // Plain causal softmax attention in double, reading each position's slot straight from the
-// block table.
+// block table. With a window, keys at p <= position - window get a -inf score (the mask
+// transformers builds for Mistral), so the exp below makes them weigh exactly 0.
 std::vector<double> Reference(const Scenario& sc, float scale) {
   const int hd = sc.shape.head_dim;
   const int bs = sc.shape.block_size;
@@ -105,7 +108,8 @@ std::vector<double> Reference(const Scenario& sc, float scale) {
           const float* k = &sc.k_cache[(slot * kv + h / group) * hd];
           double dot = 0.0;
           for (int d = 0; d < hd; ++d) dot += static_cast<double>(q[d]) * k[d];
-          scores[p] = dot * scale;
+          const bool masked = sc.sliding_window > 0 && p <= position - sc.sliding_window;
+          scores[p] = masked ? -INFINITY : dot * scale;
         }
         const double mx = *std::max_element(scores.begin(), scores.end());
         double sum = 0.0;
@@ -179,6 +183,40 @@ TEST(PagedAttentionLongTest, LongContextDecodeAndChunk) {
   for (SimdLevel level : SupportedLevels()) {
     ExpectMatches(sc, 0.125f, level, &pool, "long context");
   }
+}
+
+// Sliding windows shorter than, equal to and longer than the contexts, on block sizes that
+// put the window's first key mid-block, for decode steps and prefill chunks alike.
+TEST(PagedAttentionWindowTest, MatchesMaskedReference) {
+  ThreadPool pool(3);
+  for (int block_size : {1, 5, 16}) {
+    for (int window : {1, 7, 16, 40, 97, 500}) {
+      Scenario sc = MakeScenario({97, 60, 33, 97, 12}, {1, 1, 33, 20, 12}, block_size, 2, 2,
+                                 32, 50 + window);
+      sc.sliding_window = window;
+      for (SimdLevel level : SupportedLevels()) {
+        ExpectMatches(sc, 0.2f, level, &pool,
+                      "block " + std::to_string(block_size) + " window " +
+                          std::to_string(window));
+      }
+    }
+  }
+}
+
+// A window changes the answer (the test above cannot pass by ignoring it).
+TEST(PagedAttentionWindowTest, WindowChangesTheOutput) {
+  Scenario sc = MakeScenario({50}, {1}, 16, 1, 1, 16, 3);
+  std::vector<float> full(16), windowed(16);
+  PagedAttention(sc.q.data(), sc.q_stride, sc.Batch(), sc.k_cache.data(), sc.v_cache.data(),
+                 sc.shape, 1, 0.25f, full.data(), nullptr);
+  sc.sliding_window = 10;
+  PagedAttention(sc.q.data(), sc.q_stride, sc.Batch(), sc.k_cache.data(), sc.v_cache.data(),
+                 sc.shape, 1, 0.25f, windowed.data(), nullptr);
+  EXPECT_NE(full, windowed);
+  sc.sliding_window = 50;  // Covers the whole context: same as none.
+  PagedAttention(sc.q.data(), sc.q_stride, sc.Batch(), sc.k_cache.data(), sc.v_cache.data(),
+                 sc.shape, 1, 0.25f, windowed.data(), nullptr);
+  EXPECT_EQ(full, windowed);
 }
 
 // Scores in the hundreds overflow exp() without the max subtraction.

@@ -79,8 +79,15 @@ TEST_P(ElementwiseTest, RopeRotatesQAndKHeadsOnly) {
       const std::vector<int32_t> positions = {0, 1, 17, 4095, 32767, 131071};
       const std::vector<float> original = RandomFloats(n * stride, head_dim);
       std::vector<float> qkv = original;
-      Rope(qkv.data(), n, stride, positions.data(), nq, nkv, head_dim, theta, pool());
       const int half = head_dim / 2;
+      std::vector<float> inv_freq(half);
+      for (int i = 0; i < half; ++i) {
+        inv_freq[i] =
+            static_cast<float>(std::pow(static_cast<double>(theta), -2.0 * i / head_dim));
+      }
+      const float scale = theta == 10000.0f ? 1.0f : 1.1386f;  // yarn-like cos/sin scale
+      Rope(qkv.data(), n, stride, positions.data(), nq, nkv, head_dim, inv_freq.data(), scale,
+           pool());
       for (int r = 0; r < n; ++r) {
         for (int h = 0; h < nq + 2 * nkv; ++h) {
           const float* in = &original[r * stride + h * head_dim];
@@ -88,17 +95,32 @@ TEST_P(ElementwiseTest, RopeRotatesQAndKHeadsOnly) {
           for (int i = 0; i < half; ++i) {
             double c = 1.0, s = 0.0;
             if (h < nq + nkv) {
-              const double angle =
-                  positions[r] * std::pow(static_cast<double>(theta), -2.0 * i / head_dim);
-              c = std::cos(angle);
-              s = std::sin(angle);
+              // The angle is a float32 product, as in transformers.
+              const float angle = static_cast<float>(positions[r]) * inv_freq[i];
+              c = std::cos(static_cast<double>(angle)) * scale;
+              s = std::sin(static_cast<double>(angle)) * scale;
             }
             const double x0 = in[i], x1 = in[i + half];
-            const double tol = 1e-6 * (std::fabs(x0) + std::fabs(x1));
+            const double tol = 2e-6 * (std::fabs(x0) + std::fabs(x1));
             ASSERT_NEAR(got[i], x0 * c - x1 * s, tol) << "row " << r << " head " << h;
             ASSERT_NEAR(got[i + half], x1 * c + x0 * s, tol) << "row " << r << " head " << h;
           }
         }
+      }
+    }
+  }
+}
+
+TEST_P(ElementwiseTest, AddBiasAddsToEveryRow) {
+  for (int dim : {1, 7, 3000}) {
+    const int n = 5;
+    const std::vector<float> y0 = RandomFloats(n * dim, dim);
+    const std::vector<float> bias = RandomFloats(dim, dim + 1);
+    std::vector<float> y = y0;
+    AddBias(y.data(), bias.data(), n, dim, pool());
+    for (int r = 0; r < n; ++r) {
+      for (int j = 0; j < dim; ++j) {
+        ASSERT_EQ(y[r * dim + j], y0[r * dim + j] + bias[j]) << "row " << r << " col " << j;
       }
     }
   }

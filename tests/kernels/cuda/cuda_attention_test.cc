@@ -131,7 +131,9 @@ class CudaAttentionTest : public CudaVsCpuTest {
  protected:
   // Runs the CPU reference, the backend's choice of kernel, and both kernels explicitly
   // (the split kernel also with small partitions, so the reduction kernel runs).
-  void CheckAllKernels(const std::vector<SeqSpec>& seqs, const std::string& label) {
+  // `window` > 0: sliding-window attention (AttentionBatch::sliding_window).
+  void CheckAllKernels(const std::vector<SeqSpec>& seqs, const std::string& label,
+                       int window = 0) {
     for (int head_dim : {8, 16, 32, 64, 128}) {
       for (int block_size : {1, 16}) {
         const std::string what = label + " head_dim=" + std::to_string(head_dim) +
@@ -140,10 +142,13 @@ class CudaAttentionTest : public CudaVsCpuTest {
         const Problem p = MakeProblem(seqs, block_size, head_dim, 31 + head_dim + block_size);
         const float scale = 1.0f / std::sqrt(static_cast<float>(head_dim));
         std::vector<float> expected(static_cast<size_t>(p.num_tokens) * kQHeads * head_dim);
-        cpu_->PagedAttention(p.q.data(), p.q_stride, HostBatch(p), p.k_cache.data(),
+        AttentionBatch host_batch = HostBatch(p);
+        host_batch.sliding_window = window;
+        cpu_->PagedAttention(p.q.data(), p.q_stride, host_batch, p.k_cache.data(),
                              p.v_cache.data(), p.shape, kQHeads, scale, expected.data());
 
         DeviceProblem d(p);
+        d.batch.sliding_window = window;
         cuda_->PagedAttention(d.q.get(), p.q_stride, d.batch, d.k_cache.get(),
                               d.v_cache.get(), p.shape, kQHeads, scale, d.out.get());
         cuda_->Synchronize();
@@ -192,6 +197,19 @@ TEST_F(CudaAttentionTest, PrefillAndMixedChunks) {
   const std::vector<SeqSpec> seqs = {{97, 97}, {40, 7}, {1, 1},  {33, 16},
                                      {20, 1},  {64, 33}, {18, 17}};
   CheckAllKernels(seqs, "mixed");
+}
+
+// Sliding windows (Mistral, Qwen2) shorter than most contexts, starting mid-block and
+// mid-tile, on decode and prefill batches; the CPU twin is itself checked against a masked
+// reference in tests/kernels/attention_test.cc.
+TEST_F(CudaAttentionTest, SlidingWindowMatchesCpu) {
+  std::vector<SeqSpec> decode;
+  for (int i = 0; i < 17; ++i) decode.push_back({1 + (i * 29) % 97, 1});
+  const std::vector<SeqSpec> mixed = {{97, 97}, {40, 7}, {1, 1}, {33, 16}, {64, 33}};
+  for (int window : {1, 5, 37, 64}) {
+    CheckAllKernels(decode, "decode window " + std::to_string(window), window);
+    CheckAllKernels(mixed, "mixed window " + std::to_string(window), window);
+  }
 }
 
 // The step's own K/V written by WriteKvCache, then read by attention: the path the forward

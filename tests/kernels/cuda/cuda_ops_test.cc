@@ -1,4 +1,5 @@
 // Element-wise and row ops of the CUDA backend against the CPU backend.
+#include <cmath>
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -86,20 +87,47 @@ TEST_F(CudaOpsTest, RopeRotatesQAndKHeadsOnly) {
   const int kv_heads = 2;
   for (int head_dim : {8, 64, 128}) {
     for (float theta : {10000.0f, 500000.0f}) {
-      SCOPED_TRACE(testing::Message() << "head_dim " << head_dim << " theta " << theta);
-      // q, k, v heads plus 3 padding floats per row.
-      const int row_stride = (q_heads + 2 * kv_heads) * head_dim + 3;
-      std::vector<float> qkv = RandomFloats(static_cast<size_t>(n) * row_stride, 7);
-      std::vector<int32_t> positions(n);
-      for (int i = 0; i < n; ++i) positions[i] = (i * 37) % 300;
-      DeviceArray<float> d_qkv(qkv);
-      DeviceArray<int32_t> d_pos(positions);
-      cpu_->Rope(qkv.data(), n, row_stride, positions.data(), q_heads, kv_heads, head_dim,
-                 theta);
-      cuda_->Rope(d_qkv.get(), n, row_stride, d_pos.get(), q_heads, kv_heads, head_dim, theta);
-      cuda_->Synchronize();
-      ExpectAllClose(d_qkv.ToHost(), qkv, 1e-4, "rope");
+      // Plain frequencies with scale 1, and llama3-like interpolated ones (the low
+      // frequencies divided by 8) with a yarn-like cos/sin scale.
+      for (bool scaled : {false, true}) {
+        SCOPED_TRACE(testing::Message() << "head_dim " << head_dim << " theta " << theta
+                                        << " scaled " << scaled);
+        // q, k, v heads plus 3 padding floats per row.
+        const int row_stride = (q_heads + 2 * kv_heads) * head_dim + 3;
+        std::vector<float> qkv = RandomFloats(static_cast<size_t>(n) * row_stride, 7);
+        std::vector<int32_t> positions(n);
+        // Positions well past 8192 too: the float32 angle must be formed identically.
+        for (int i = 0; i < n; ++i) positions[i] = (i * 7919) % 131072;
+        std::vector<float> inv_freq(head_dim / 2);
+        for (int i = 0; i < head_dim / 2; ++i) {
+          const double f = std::pow(static_cast<double>(theta), -2.0 * i / head_dim);
+          inv_freq[i] = static_cast<float>(scaled && i >= head_dim / 4 ? f / 8 : f);
+        }
+        const float scale = scaled ? 1.2079f : 1.0f;
+        DeviceArray<float> d_qkv(qkv), d_inv(inv_freq);
+        DeviceArray<int32_t> d_pos(positions);
+        cpu_->Rope(qkv.data(), n, row_stride, positions.data(), q_heads, kv_heads, head_dim,
+                   inv_freq.data(), scale);
+        cuda_->Rope(d_qkv.get(), n, row_stride, d_pos.get(), q_heads, kv_heads, head_dim,
+                    d_inv.get(), scale);
+        cuda_->Synchronize();
+        ExpectAllClose(d_qkv.ToHost(), qkv, 1e-4, "rope");
+      }
     }
+  }
+}
+
+TEST_F(CudaOpsTest, AddBiasMatchesCpu) {
+  for (int dim : {1, 7, 448, 3000}) {
+    SCOPED_TRACE(dim);
+    const int n = 17;
+    std::vector<float> y = RandomFloats(static_cast<size_t>(n) * dim, 11);
+    const std::vector<float> bias = RandomFloats(dim, 12);
+    DeviceArray<float> d_y(y), d_bias(bias);
+    cpu_->AddBias(y.data(), bias.data(), n, dim);
+    cuda_->AddBias(d_y.get(), d_bias.get(), n, dim);
+    cuda_->Synchronize();
+    ExpectAllClose(d_y.ToHost(), y, 0, "add_bias");
   }
 }
 
@@ -184,7 +212,7 @@ TEST(CudaLaunchersTest, RejectUnsupportedShapesWithAMessage) {
                                nullptr, &error));
   EXPECT_NE(error.find("F32"), std::string::npos) << error;
   error.clear();
-  EXPECT_FALSE(gpu::LaunchRope(nullptr, 1, 8, nullptr, 1, 1, 7, 10000.0f, nullptr, &error));
+  EXPECT_FALSE(gpu::LaunchRope(nullptr, 1, 8, nullptr, 1, 1, 7, nullptr, 1.0f, nullptr, &error));
   EXPECT_NE(error.find("head_dim 7"), std::string::npos) << error;
 }
 

@@ -8,14 +8,22 @@
 
 namespace tessera {
 
-// A plaintext channel to a server that may still be starting: connects are retried every
-// 100-500 ms instead of gRPC's default backoff (1 s, growing past 2.5 s), so a caller that
-// polls for readiness sees the server within a fraction of a second of it listening.
+// How long one connection attempt (TCP + HTTP/2 handshake) may take. gRPC takes it from
+// GRPC_ARG_MIN_RECONNECT_BACKOFF_MS: the connect deadline is max(that, the current
+// backoff). Setting that argument to 100 ms to retry sooner also cut every handshake off
+// at 100 ms, so under load (many clients connecting at once to a busy server) attempts
+// failed with "tcp handshaker shutdown". gRPC's own default is 20 s.
+inline constexpr int kConnectTimeoutMs = 20000;
+
+// A plaintext channel to a server that may still be starting: a refused connect is
+// retried after 100 ms, growing to at most 500 ms, instead of gRPC's default backoff (1 s,
+// growing past 2.5 s), so a caller that polls for readiness sees the server within a
+// fraction of a second of it listening; an attempt in progress gets kConnectTimeoutMs.
 inline std::shared_ptr<grpc::Channel> ChannelToStartingServer(const std::string& address) {
   grpc::ChannelArguments args;
   args.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, 100);
-  args.SetInt(GRPC_ARG_MIN_RECONNECT_BACKOFF_MS, 100);
   args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, 500);
+  args.SetInt(GRPC_ARG_MIN_RECONNECT_BACKOFF_MS, kConnectTimeoutMs);
   return grpc::CreateCustomChannel(address, grpc::InsecureChannelCredentials(), args);
 }
 

@@ -1,19 +1,23 @@
 // tessera-coordinator: the public gRPC API, the scheduler and the cluster of workers.
+#include <algorithm>
 #include <csignal>
 #include <cstdio>
 #include <filesystem>
 #include <memory>
 #include <string>
 #include <thread>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "common/flag_set.h"
+#include "common/generation_config.h"
 #include "common/logging.h"
 #include "common/metrics/http_server.h"
 #include "common/metrics/process_collector.h"
 #include "common/model_config.h"
 #include "common/tokenizer/tokenizer.h"
 #include "coordinator/api/generation_service.h"
+#include "coordinator/api/unparseable_request_interceptor.h"
 #include "coordinator/cluster/cluster_manager.h"
 #include "coordinator/engine/engine.h"
 #include "coordinator/metrics/engine_metrics.h"
@@ -46,6 +50,7 @@ int main(int argc, char** argv) {
   bool no_prefix_caching = false;
   int64_t metrics_port = 9400;
   std::string metrics_host, log_format = "text", log_level = "info";
+  std::string generation_config = "auto";
   tessera::FlagSet flags("tessera-coordinator",
                          "Serves tessera.v1.Generation over gRPC and drives tensor-parallel worker\n"
                          "groups: workers register on the cluster port and are formed into\n"
@@ -66,9 +71,22 @@ int main(int argc, char** argv) {
   flags.String("policy", &policy, "Scheduling policy: fcfs or priority.");
   flags.String("communicator", &communicator, "Collectives between ranks: auto (nccl for CUDA workers, else shm when a group shares a host, else gloo), gloo, shm or nccl.");
   flags.Bool("no-prefix-caching", &no_prefix_caching, "Disable prefix caching.");
+  flags.String("generation-config", &generation_config,
+               "Request defaults and extra stop ids: auto (the model folder's generation_config.json, "
+               "when it has one), none (Tessera's defaults), or a folder holding generation_config.json.");
   flags.Float("router-load-weight", &load_weight, "Router: blocks of load worth one block of prefill.");
   flags.Int("heartbeat-ms", &heartbeat_ms, "Interval of worker health probes.");
   flags.Int("collective-timeout-ms", &collective_timeout_ms, "Timeout of every collective on the workers.");
+  int64_t max_input_bytes = 0, max_concurrent_streams = 512, max_undelivered_tokens = 256;
+  flags.Int("max-input-bytes", &max_input_bytes,
+            "Largest text (prompt text, Tokenize text) accepted, in bytes, checked before tokenizing "
+            "(0: 16 bytes per context token, at most 64 MiB).");
+  flags.Int("max-concurrent-streams", &max_concurrent_streams,
+            "Generate and GenerateStream calls served at once; more get RESOURCE_EXHAUSTED. Also bounds "
+            "the API's threads (gRPC's synchronous server uses one per call).");
+  flags.Int("max-undelivered-tokens", &max_undelivered_tokens,
+            "Tokens a stream may have waiting for a client that does not read; past that the request is "
+            "cancelled (RESOURCE_EXHAUSTED) and its KV blocks freed.");
   int64_t drain_timeout_seconds = 30;
   flags.Int("drain-timeout-seconds", &drain_timeout_seconds,
             "On SIGTERM: refuse new requests and let running ones finish for at most this long, then exit.");
@@ -94,6 +112,14 @@ int main(int argc, char** argv) {
   if (!config.ok()) return Fail(std::string(config.status().message()));
   auto tokenizer = tessera::Tokenizer::Load(model);
   if (!tokenizer.ok()) return Fail(std::string(tokenizer.status().message()));
+  tessera::GenerationConfig defaults;
+  if (generation_config != "none") {
+    auto loaded = tessera::GenerationConfig::LoadIfPresent(
+        generation_config == "auto" ? std::filesystem::path(model) : std::filesystem::path(generation_config),
+        *config);
+    if (!loaded.ok()) return Fail(std::string(loaded.status().message()));
+    defaults = *std::move(loaded);
+  }
   model = std::filesystem::absolute(model).string();
 
   tessera::EngineOptions eo;
@@ -106,7 +132,7 @@ int main(int argc, char** argv) {
                                    : tessera::sched::SchedulingPolicy::kFcfs;
   eo.enable_prefix_caching = !no_prefix_caching;
   eo.router_load_weight = load_weight;
-  eo.eos_token_ids = config->eos_token_ids;
+  eo.eos_token_ids = defaults.StopTokenIds(*config);
   tessera::EngineMetrics metrics({std::filesystem::path(model).filename().string(),
                                   tessera::DTypeName(config->torch_dtype), static_cast<int>(block_size),
                                   static_cast<int>(tp), static_cast<int>(replicas)});
@@ -131,6 +157,21 @@ int main(int argc, char** argv) {
   tessera::ServingLimits limits;
   limits.vocab_size = config->vocab_size;
   limits.max_context = context;
+  constexpr int64_t kMaxInputBytesCap = int64_t{64} << 20;
+  if (max_input_bytes < 0 || max_input_bytes > kMaxInputBytesCap) {
+    return Fail(absl::StrCat("--max-input-bytes must be in [0, ", kMaxInputBytesCap, "], got ", max_input_bytes));
+  }
+  limits.max_input_bytes = max_input_bytes > 0 ? max_input_bytes : std::min<int64_t>(int64_t{context} * 16, kMaxInputBytesCap);
+  if (max_concurrent_streams < 1 || max_undelivered_tokens < 1) {
+    return Fail(absl::StrCat("--max-concurrent-streams and --max-undelivered-tokens must be positive, got ",
+                             max_concurrent_streams, " and ", max_undelivered_tokens));
+  }
+  limits.max_concurrent_streams = static_cast<int>(max_concurrent_streams);
+  limits.max_undelivered_tokens = static_cast<int>(max_undelivered_tokens);
+  limits.default_sampling = defaults.DefaultSampling();
+  if (defaults.max_new_tokens.has_value()) {
+    limits.default_max_new_tokens = std::min(*defaults.max_new_tokens, context - 1);
+  }
   tessera::ModelDescription desc{std::filesystem::path(model).filename().string(),
                                  tessera::DTypeName(config->torch_dtype), static_cast<int>(tp),
                                  static_cast<int>(replicas), static_cast<int>(block_size)};
@@ -142,6 +183,22 @@ int main(int argc, char** argv) {
   int bound_port = 0;
   public_builder.AddListeningPort(absl::StrCat(host, ":", port), grpc::InsecureServerCredentials(), &bound_port);
   public_builder.RegisterService(&api);
+  // Sized on purpose: the largest text allowed, or a full context of token ids at 10 bytes
+  // each (a negative int32 varint), plus room for the other fields. A bigger message is
+  // refused by gRPC (RESOURCE_EXHAUSTED) before any of it is parsed.
+  const int64_t max_message = std::max<int64_t>(limits.max_input_bytes, int64_t{context} * 10) + (64 << 10);
+  public_builder.SetMaxReceiveMessageSize(static_cast<int>(max_message));
+  // Threads: one per call (synchronous API), so the stream cap plus room for Tokenize,
+  // GetModelInfo, health checks and gRPC's own pollers bounds them; beyond that gRPC
+  // answers RESOURCE_EXHAUSTED instead of starting a thread.
+  grpc::ResourceQuota quota("tessera-public-api");
+  quota.SetMaxThreads(static_cast<int>(max_concurrent_streams) + 32);
+  public_builder.SetResourceQuota(quota);
+  public_builder.AddChannelArgument(GRPC_ARG_MAX_CONCURRENT_STREAMS, static_cast<int>(max_concurrent_streams));
+  std::vector<std::unique_ptr<grpc::experimental::ServerInterceptorFactoryInterface>> interceptors;
+  interceptors.push_back(tessera::UnparseableRequestInterceptorFactory());
+  public_builder.experimental().SetInterceptorCreators(std::move(interceptors));
+  tessera::RateLimitProtobufLogging();
   auto public_server = public_builder.BuildAndStart();
   if (public_server == nullptr || bound_port == 0) return Fail(absl::StrCat("cannot listen on ", host, ":", port));
 

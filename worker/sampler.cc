@@ -59,9 +59,11 @@ double LogSumExp(const std::vector<float>& x) {
 SampledToken SampleToken(absl::Span<const float> raw, const SamplingParams& p,
                          absl::Span<const int32_t> history, size_t output_start, uint64_t step) {
   std::vector<float> logits(raw.begin(), raw.end());
+  // Logprobs report the raw model distribution (log_softmax of `raw`), before penalties
+  // and every sampling transform, as the public API documents.
+  const double lse = LogSumExp(logits);
   ApplyPenalties(logits, p, history, output_start);
   const int vocab = static_cast<int>(logits.size());
-  const double lse = LogSumExp(logits);
 
   SampledToken out;
   if (p.greedy()) {
@@ -112,16 +114,16 @@ SampledToken SampleToken(absl::Span<const float> raw, const SamplingParams& p,
       }
     }
   }
-  out.logprob = static_cast<float>(logits[out.id] - lse);
+  out.logprob = static_cast<float>(raw[out.id] - lse);
   if (p.num_logprobs > 0) {
     const int n = std::min(p.num_logprobs, vocab);
     std::vector<int32_t> ids(vocab);
     std::iota(ids.begin(), ids.end(), 0);
     std::partial_sort(ids.begin(), ids.begin() + n, ids.end(), [&](int32_t a, int32_t b) {
-      return logits[a] > logits[b] || (logits[a] == logits[b] && a < b);
+      return raw[a] > raw[b] || (raw[a] == raw[b] && a < b);
     });
     for (int i = 0; i < n; ++i) {
-      out.top_logprobs.emplace_back(ids[i], static_cast<float>(logits[ids[i]] - lse));
+      out.top_logprobs.emplace_back(ids[i], static_cast<float>(raw[ids[i]] - lse));
     }
   }
   return out;

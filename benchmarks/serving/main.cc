@@ -15,6 +15,7 @@
 #include "benchmarks/serving/stats.h"
 #include "benchmarks/serving/workload.h"
 #include "common/flag_set.h"
+#include "common/grpc_channel.h"
 #include "common/progress_line.h"
 
 namespace tessera::bench {
@@ -152,7 +153,7 @@ int Main(int argc, char** argv) {
   if (f.workload == "jsonl" && f.dataset.empty()) return Fail("--workload jsonl needs --dataset FILE");
   if (!(f.timeout_s > 0)) return Fail(absl::StrCat("--timeout-s must be positive, got ", f.timeout_s));
 
-  auto channel = grpc::CreateChannel(f.address, grpc::InsecureChannelCredentials());
+  auto channel = ChannelToStartingServer(f.address);
   if (absl::Status s = WaitUntilServing(channel, std::chrono::seconds(f.wait_ready_s)); !s.ok()) {
     return Fail(absl::StrCat(f.address, ": ", s.message()));
   }

@@ -1,7 +1,11 @@
 #include "coordinator/api/generation_service.h"
 
+#include <optional>
+
+#include "absl/cleanup/cleanup.h"
 #include "absl/strings/str_cat.h"
 #include "common/grpc_status.h"
+#include "coordinator/api/token_offsets.h"
 #include "coordinator/engine/output_processor.h"
 #include "coordinator/metrics/engine_metrics.h"
 
@@ -45,7 +49,30 @@ void SetSummary(const RequestEvent& e, Response* r) {
 
 constexpr auto kPollInterval = std::chrono::milliseconds(20);
 
+// Whether the client's call is over (cancelled, or past its deadline): the status to end
+// the handler with, or nothing while it is still wanted.
+std::optional<grpc::Status> CallEnded(grpc::ServerContext& context) {
+  if (context.deadline() <= std::chrono::system_clock::now()) {
+    return grpc::Status(grpc::StatusCode::DEADLINE_EXCEEDED, "the request's deadline passed");
+  }
+  if (context.IsCancelled()) return grpc::Status(grpc::StatusCode::CANCELLED, "request cancelled");
+  return std::nullopt;
+}
+
 }  // namespace
+
+GenerationServiceImpl::StreamSlot::StreamSlot(GenerationServiceImpl* service) : service_(service) {
+  ok_ = service_->num_active_streams_.fetch_add(1) < service_->limits_.max_concurrent_streams;
+}
+
+GenerationServiceImpl::StreamSlot::~StreamSlot() { service_->num_active_streams_.fetch_sub(1); }
+
+grpc::Status GenerationServiceImpl::TooManyStreams() {
+  if (EngineMetrics* m = engine_->metrics(); m != nullptr) m->RequestRejected("too_many_streams");
+  return grpc::Status(grpc::StatusCode::RESOURCE_EXHAUSTED,
+                      absl::StrCat("the coordinator already serves ", limits_.max_concurrent_streams,
+                                   " Generate/GenerateStream calls (--max-concurrent-streams); retry later"));
+}
 
 GenerationServiceImpl::GenerationServiceImpl(Engine* engine, const Tokenizer* tokenizer,
                                              ServingLimits limits, ModelDescription model)
@@ -63,7 +90,7 @@ absl::StatusOr<uint64_t> GenerationServiceImpl::Start(const v1::GenerateRequest&
   *request_id = valid->request_id.empty() ? absl::StrCat("req-", next_request_number_.fetch_add(1))
                                           : valid->request_id;
   *prompt = valid->prompt;
-  *stream = std::make_shared<RequestStream>();
+  *stream = std::make_shared<RequestStream>(limits_.max_undelivered_tokens);
   EngineRequest er;
   er.request_id = *request_id;
   er.prompt = std::move(valid->prompt);
@@ -84,19 +111,23 @@ grpc::Status GenerationServiceImpl::Generate(grpc::ServerContext* context,
   std::string id;
   std::vector<int32_t> prompt;
   std::shared_ptr<RequestStream> stream;
+  StreamSlot slot(this);
+  if (!slot.ok()) return TooManyStreams();
   auto seq = Start(*request, &id, &prompt, &stream);
   if (!seq.ok()) return ToGrpcStatus(seq.status());
   response->set_request_id(id);
   response->mutable_prompt_ids()->Add(prompt.begin(), prompt.end());
   while (true) {
     std::optional<RequestEvent> e = stream->Pop(kPollInterval);
-    if (!e.has_value()) {
-      if (context->IsCancelled()) {
+    // Checked after every event as well: while tokens flow Pop never times out, and a
+    // cancelled or expired call must stop within one step.
+    if (!(e.has_value() && e->finished)) {
+      if (std::optional<grpc::Status> ended = CallEnded(*context); ended.has_value()) {
         engine_->Cancel(*seq);
-        return grpc::Status(grpc::StatusCode::CANCELLED, "request cancelled");
+        return *ended;
       }
-      continue;
     }
+    if (!e.has_value()) continue;
     response->mutable_token_ids()->Add(e->token_ids.begin(), e->token_ids.end());
     response->mutable_text()->append(e->text);
     AddLogprobs(*e, response->mutable_logprobs());
@@ -117,18 +148,24 @@ grpc::Status GenerationServiceImpl::GenerateStream(grpc::ServerContext* context,
   std::string id;
   std::vector<int32_t> prompt;
   std::shared_ptr<RequestStream> stream;
+  StreamSlot slot(this);
+  if (!slot.ok()) return TooManyStreams();
   auto seq = Start(*request, &id, &prompt, &stream);
   if (!seq.ok()) return ToGrpcStatus(seq.status());
+  // A client that stops reading blocks Write on HTTP/2 flow control; when its undelivered
+  // tokens pass the stream's bound the engine ends the request and wakes us through this.
+  stream->SetInterrupt([context] { context->TryCancel(); });
+  absl::Cleanup clear_interrupt = [&stream] { stream->SetInterrupt(nullptr); };
   bool first = true;
   while (true) {
     std::optional<RequestEvent> e = stream->Pop(kPollInterval);
-    if (!e.has_value()) {
-      if (context->IsCancelled()) {
+    if (!(e.has_value() && e->finished)) {
+      if (std::optional<grpc::Status> ended = CallEnded(*context); ended.has_value()) {
         engine_->Cancel(*seq);
-        return grpc::Status(grpc::StatusCode::CANCELLED, "request cancelled");
+        return *ended;
       }
-      continue;
     }
+    if (!e.has_value()) continue;
     if (e->finished && e->finish_reason == sched::FinishReason::kError) return ToGrpcStatus(e->error);
     if (e->finished && e->finish_reason == sched::FinishReason::kCancelled) {
       return grpc::Status(grpc::StatusCode::CANCELLED, "request cancelled");
@@ -151,6 +188,9 @@ grpc::Status GenerationServiceImpl::GenerateStream(grpc::ServerContext* context,
 
 grpc::Status GenerationServiceImpl::Tokenize(grpc::ServerContext*, const v1::TokenizeRequest* request,
                                              v1::TokenizeResponse* response) {
+  if (absl::Status s = CheckInputSize("text", request->text().size(), limits_); !s.ok()) {
+    return ToGrpcStatus(s);
+  }
   const std::vector<int32_t> ids = tokenizer_->Encode(request->text(), request->add_special_tokens());
   for (int32_t id : ids) {
     response->add_token_ids(id);
@@ -160,7 +200,11 @@ grpc::Status GenerationServiceImpl::Tokenize(grpc::ServerContext*, const v1::Tok
       piece.replace(complete, std::string::npos, "\xEF\xBF\xBD");
     }
     response->add_pieces(std::move(piece));
+    response->add_vocab_pieces(tokenizer_->PieceForId(id));
   }
+  TokenOffsets offsets = ComputeTokenOffsets(*tokenizer_, ids);
+  response->mutable_offsets()->Add(offsets.offsets.begin(), offsets.offsets.end());
+  response->set_text(SanitizeUtf8(offsets.text));
   return grpc::Status::OK;
 }
 

@@ -40,11 +40,25 @@ class GenerationServiceImpl final : public v1::Generation::Service {
   absl::StatusOr<uint64_t> Start(const v1::GenerateRequest& request, std::string* request_id,
                                  std::vector<int32_t>* prompt, std::shared_ptr<RequestStream>* stream);
 
+  // Counts one Generate/GenerateStream call against --max-concurrent-streams.
+  class StreamSlot {
+   public:
+    explicit StreamSlot(GenerationServiceImpl* service);
+    ~StreamSlot();
+    bool ok() const { return ok_; }
+
+   private:
+    GenerationServiceImpl* service_;
+    bool ok_ = false;
+  };
+  grpc::Status TooManyStreams();
+
   Engine* engine_;
   const Tokenizer* tokenizer_;
   const ServingLimits limits_;
   const ModelDescription model_;
   std::atomic<uint64_t> next_request_number_{1};
+  std::atomic<int> num_active_streams_{0};
 };
 
 }  // namespace tessera

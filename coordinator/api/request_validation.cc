@@ -64,6 +64,12 @@ absl::Status ValidateSampling(const v1::SamplingParameters& s, SamplingParams* p
 
 }  // namespace
 
+absl::Status CheckInputSize(absl::string_view field, size_t num_bytes, const ServingLimits& limits) {
+  if (static_cast<int64_t>(num_bytes) <= limits.max_input_bytes) return absl::OkStatus();
+  return Bad(field, absl::StrCat("<", num_bytes, " bytes>"),
+             absl::StrCat("must be at most ", limits.max_input_bytes, " bytes (--max-input-bytes)"));
+}
+
 absl::StatusOr<ValidatedRequest> ValidateGenerateRequest(const v1::GenerateRequest& r,
                                                          const Tokenizer& tokenizer,
                                                          const ServingLimits& limits) {
@@ -76,6 +82,7 @@ absl::StatusOr<ValidatedRequest> ValidateGenerateRequest(const v1::GenerateReque
   switch (r.input_case()) {
     case v1::GenerateRequest::kText:
       if (r.text().empty()) return Bad("text", "\"\"", "must not be empty");
+      if (absl::Status s = CheckInputSize("text", r.text().size(), limits); !s.ok()) return s;
       out.prompt = tokenizer.Encode(r.text(), !r.no_bos());
       break;
     case v1::GenerateRequest::kTokenIds:
@@ -97,6 +104,7 @@ absl::StatusOr<ValidatedRequest> ValidateGenerateRequest(const v1::GenerateReque
                absl::StrCat("the prompt must be shorter than the context of ", limits.max_context, " tokens"));
   }
 
+  out.sampling = limits.default_sampling;
   if (absl::Status s = ValidateSampling(r.sampling(), &out.sampling); !s.ok()) return s;
   if (r.logprobs() > static_cast<uint32_t>(limits.max_logprobs)) {
     return Bad("logprobs", absl::StrCat(r.logprobs()), absl::StrCat("must be at most ", limits.max_logprobs));

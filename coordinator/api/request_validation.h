@@ -20,6 +20,13 @@ struct ServingLimits {
   int max_stop_string_bytes = 256;
   int max_logprobs = 20;
   int default_max_new_tokens = 16;
+  // Front-door bounds (coordinator flags --max-input-bytes, --max-concurrent-streams,
+  // --max-undelivered-tokens): text fields are measured before anything tokenizes them.
+  int64_t max_input_bytes = 1 << 20;
+  int max_concurrent_streams = 512;
+  int max_undelivered_tokens = 256;
+  // What a request gets for each sampling field it leaves unset (generation_config.json).
+  SamplingParams default_sampling;
 };
 
 // A request after validation and tokenization.
@@ -30,6 +37,10 @@ struct ValidatedRequest {
   sched::RequestOptions options;
   std::vector<std::string> stop_strings;
 };
+
+// INVALID_ARGUMENT naming `field`, its size and the limit when a text is over
+// max_input_bytes; called before the text is tokenized.
+absl::Status CheckInputSize(absl::string_view field, size_t num_bytes, const ServingLimits& limits);
 
 // Checks every field; INVALID_ARGUMENT names the field and the value. Tokenizes text.
 absl::StatusOr<ValidatedRequest> ValidateGenerateRequest(const v1::GenerateRequest& request,

@@ -4,6 +4,7 @@
 #include <cstdio>
 
 #include "absl/strings/str_cat.h"
+#include "common/logging.h"
 #include "coordinator/engine/step_request.h"
 #include "coordinator/metrics/engine_metrics.h"
 #include "coordinator/metrics/request_log.h"
@@ -352,23 +353,42 @@ void Engine::ApplyEvents(Replica& r, const std::vector<sched::SeqEvent>& events,
         out.logprobs.push_back(std::move(lp));
       }
       if (live.output->stopped() && !ev.finish_reason.has_value()) {
+        if (!Deliver(r, ev.seq_id, std::move(out))) continue;
         r.scheduler->Finish(ev.seq_id, sched::FinishReason::kStop).IgnoreError();
-        live.request.stream->Push(std::move(out));
         Finish(ev.seq_id, sched::FinishReason::kStop, absl::OkStatus());
         continue;
       }
     }
     if (ev.finish_reason.has_value()) {
       out.text += live.output->Flush();
-      if (!out.token_ids.empty() || !out.text.empty()) live.request.stream->Push(std::move(out));
+      if ((!out.token_ids.empty() || !out.text.empty()) && !Deliver(r, ev.seq_id, std::move(out))) continue;
       Finish(ev.seq_id, *ev.finish_reason,
              *ev.finish_reason == sched::FinishReason::kError
                  ? absl::InternalError("the step of this request failed")
                  : absl::OkStatus());
       continue;
     }
-    if (!out.token_ids.empty()) live.request.stream->Push(std::move(out));
+    if (!out.token_ids.empty()) Deliver(r, ev.seq_id, std::move(out));
   }
+}
+
+bool Engine::Deliver(Replica& r, uint64_t seq_id, RequestEvent event) {
+  Live& live = live_.at(seq_id);
+  RequestStream& stream = *live.request.stream;
+  if (stream.Push(std::move(event))) return true;
+  // The client stopped reading: end the request now so its blocks go back to the pool.
+  r.scheduler->Abort(seq_id).IgnoreError();
+  Log(LogLevel::kWarning, "tessera-coordinator", "request cancelled: its client is not reading",
+      {{"request_id", live.request.request_id},
+       {"undelivered_tokens", int64_t{stream.num_undelivered_tokens()}},
+       {"limit", int64_t{stream.max_undelivered_tokens()}}});
+  if (options_.metrics != nullptr) options_.metrics->RequestAborted("client_not_reading");
+  Finish(seq_id, sched::FinishReason::kError,
+         absl::ResourceExhaustedError(absl::StrCat(
+             "the client did not read its stream: ", stream.max_undelivered_tokens(),
+             " generated tokens were waiting to be sent (--max-undelivered-tokens); the request was cancelled")));
+  stream.Interrupt();
+  return false;
 }
 
 void Engine::Finish(uint64_t seq_id, sched::FinishReason reason, absl::Status error) {

@@ -157,6 +157,9 @@ class Engine {
   void FailReplicaNow(Replica& r, const absl::Status& reason);
   void ApplyEvents(Replica& r, const std::vector<sched::SeqEvent>& events,
                    const v1::StepResponse* response);
+  // Queues a not-final event of a live request; when its consumer is too far behind, ends
+  // the request (RESOURCE_EXHAUSTED) instead and returns false.
+  bool Deliver(Replica& r, uint64_t seq_id, RequestEvent event);
   void Finish(uint64_t seq_id, sched::FinishReason reason, absl::Status error);
   void PublishSnapshot();
   void StartWarmup(Replica& r);

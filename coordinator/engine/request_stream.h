@@ -4,6 +4,8 @@
 #include <chrono>
 #include <cstdint>
 #include <deque>
+#include <functional>
+#include <iterator>
 #include <optional>
 #include <string>
 #include <utility>
@@ -49,28 +51,86 @@ struct RequestEvent {
 };
 
 // The hand-off between the engine thread (producer) and the RPC handler (consumer) of
-// one request.
+// one request. Bounded: a consumer that falls behind (its client stopped reading, so its
+// writes block on HTTP/2 flow control) may leave at most `max_undelivered_tokens` tokens
+// here. Past that Push refuses the event and the engine ends the request with
+// RESOURCE_EXHAUSTED rather than pausing it: a paused sequence would keep its KV blocks
+// (and its slot in the batch) for as long as the client cares to stall, taking capacity
+// from every other client, while a cancelled one frees them within the step.
 class RequestStream {
  public:
-  void Push(RequestEvent event) {
+  static constexpr int kDefaultMaxUndeliveredTokens = 256;
+
+  explicit RequestStream(int max_undelivered_tokens = kDefaultMaxUndeliveredTokens)
+      : max_undelivered_tokens_(max_undelivered_tokens) {}
+
+  // Queues `event`; false (and nothing queued) when the consumer is too far behind. A
+  // finished event is always queued, so the consumer always sees the end.
+  bool Push(RequestEvent event) {
     absl::MutexLock lock(&mu_);
+    const int tokens = static_cast<int>(event.token_ids.size());
+    if (!event.finished && num_undelivered_tokens_ + tokens > max_undelivered_tokens_) {
+      return false;
+    }
+    num_undelivered_tokens_ += tokens;
     events_.push_back(std::move(event));
+    return true;
   }
 
-  // Waits up to `timeout` for the next event.
+  // Waits up to `timeout` for events and returns everything queued as one event (tokens,
+  // text and logprobs concatenated; the end, when present, last). A consumer that was
+  // blocked in a write thus sends one larger message instead of falling further behind.
   std::optional<RequestEvent> Pop(std::chrono::milliseconds timeout) {
     absl::MutexLock lock(&mu_);
     auto ready = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return !events_.empty(); };
     mu_.AwaitWithTimeout(absl::Condition(&ready), absl::FromChrono(timeout));
     if (events_.empty()) return std::nullopt;
-    RequestEvent e = std::move(events_.front());
+    RequestEvent merged = std::move(events_.front());
     events_.pop_front();
-    return e;
+    while (!events_.empty() && !merged.finished) {
+      RequestEvent& next = events_.front();
+      merged.token_ids.insert(merged.token_ids.end(), next.token_ids.begin(), next.token_ids.end());
+      merged.text += next.text;
+      merged.logprobs.insert(merged.logprobs.end(), std::make_move_iterator(next.logprobs.begin()),
+                             std::make_move_iterator(next.logprobs.end()));
+      if (next.finished) {
+        next.token_ids = std::move(merged.token_ids);
+        next.text = std::move(merged.text);
+        next.logprobs = std::move(merged.logprobs);
+        merged = std::move(next);
+      }
+      events_.pop_front();
+    }
+    num_undelivered_tokens_ = 0;
+    for (const RequestEvent& e : events_) num_undelivered_tokens_ += static_cast<int>(e.token_ids.size());
+    return merged;
+  }
+
+  int num_undelivered_tokens() const {
+    absl::MutexLock lock(&mu_);
+    return num_undelivered_tokens_;
+  }
+  int max_undelivered_tokens() const { return max_undelivered_tokens_; }
+
+  // The consumer registers how to wake it from a blocked write (ServerContext::TryCancel)
+  // and clears it (nullptr) before its RPC context goes away.
+  void SetInterrupt(std::function<void()> interrupt) {
+    absl::MutexLock lock(&mu_);
+    interrupt_ = std::move(interrupt);
+  }
+  // The producer gave up on the request (Push refused): unblocks the consumer, if any.
+  // Runs under the lock so it cannot race with SetInterrupt(nullptr).
+  void Interrupt() {
+    absl::MutexLock lock(&mu_);
+    if (interrupt_) interrupt_();
   }
 
  private:
-  absl::Mutex mu_;
+  const int max_undelivered_tokens_;
+  mutable absl::Mutex mu_;
   std::deque<RequestEvent> events_ ABSL_GUARDED_BY(mu_);
+  int num_undelivered_tokens_ ABSL_GUARDED_BY(mu_) = 0;
+  std::function<void()> interrupt_ ABSL_GUARDED_BY(mu_);
 };
 
 }  // namespace tessera

@@ -67,6 +67,8 @@ EngineMetrics::EngineMetrics(EngineMetricsConfig config)
   prefix_queries_ = Count(r, "tessera_prefix_cache_queries_tokens_total", "Prompt tokens looked up in the prefix cache.");
   prefix_hits_ = Count(r, "tessera_prefix_cache_hits_tokens_total", "Prompt tokens served by the prefix cache.");
   rejected_ = Count(r, "tessera_rejected_requests_total", "Requests refused before scheduling, by reason.");
+  aborted_ = Count(r, "tessera_aborted_requests_total",
+                   "Admitted requests the server ended early, by reason (client_not_reading).");
   running_ = Gauge(r, "tessera_num_requests_running", "Sequences in the running queue.");
   waiting_ = Gauge(r, "tessera_num_requests_waiting", "Sequences waiting to be scheduled.");
   kv_usage_ = Gauge(r, "tessera_kv_cache_usage_ratio", "Share of usable KV-cache blocks in use (0-1).");
@@ -182,6 +184,10 @@ void EngineMetrics::UpdateScheduler(int replica, const sched::SchedulerStats& s)
 
 void EngineMetrics::RequestRejected(absl::string_view reason) {
   rejected_->Add({{"model", config_.model}, {"reason", std::string(reason)}}).Increment();
+}
+
+void EngineMetrics::RequestAborted(absl::string_view reason) {
+  aborted_->Add({{"model", config_.model}, {"reason", std::string(reason)}}).Increment();
 }
 
 }  // namespace tessera

@@ -63,6 +63,8 @@ class EngineMetrics {
   // Any thread: a request refused before it reached a scheduler ("invalid_argument",
   // "unavailable", "unschedulable").
   void RequestRejected(absl::string_view reason);
+  // Any thread: an admitted request the server ended early ("client_not_reading").
+  void RequestAborted(absl::string_view reason);
 
  private:
   struct PerReplica {
@@ -114,6 +116,7 @@ class EngineMetrics {
   prometheus::Family<prometheus::Counter>* prefix_queries_;
   prometheus::Family<prometheus::Counter>* prefix_hits_;
   prometheus::Family<prometheus::Counter>* rejected_;
+  prometheus::Family<prometheus::Counter>* aborted_;
   prometheus::Family<prometheus::Gauge>* running_;
   prometheus::Family<prometheus::Gauge>* waiting_;
   prometheus::Family<prometheus::Gauge>* kv_usage_;

@@ -213,13 +213,14 @@ void SentencePieceBpeTokenizer::EncodeSegment(absl::string_view segment, bool at
 }
 
 std::vector<int32_t> SentencePieceBpeTokenizer::Encode(absl::string_view text,
-                                                       bool add_special_tokens) const {
+                                                       const EncodeOptions& options) const {
+  const bool add_special_tokens = options.add_special_tokens;
   std::vector<int32_t> ids;
   ids.reserve(text.size() / 2 + 4);
   if (add_special_tokens) {
     ids.insert(ids.end(), specials_.prefix_ids.begin(), specials_.prefix_ids.end());
   }
-  for (const AddedTokens::Segment& segment : added_.Split(text)) {
+  for (const AddedTokens::Segment& segment : added_.Split(text, options.parse_special_tokens)) {
     if (segment.id >= 0) {
       ids.push_back(segment.id);
     } else {

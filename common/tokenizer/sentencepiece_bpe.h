@@ -29,7 +29,10 @@ class SentencePieceBpeTokenizer final : public Tokenizer {
       const nlohmann::json& tokenizer, const nlohmann::json& config,
       absl::string_view tokenizer_source, absl::string_view config_source);
 
-  std::vector<int32_t> Encode(absl::string_view text, bool add_special_tokens) const override;
+  std::vector<int32_t> Encode(absl::string_view text, bool add_special_tokens) const override {
+    return Encode(text, EncodeOptions{.add_special_tokens = add_special_tokens});
+  }
+  std::vector<int32_t> Encode(absl::string_view text, const EncodeOptions& options) const override;
   std::string Decode(const std::vector<int32_t>& ids, bool skip_special_tokens) const override;
   int32_t vocab_size() const override { return vocab_size_; }
   int32_t bos_id() const override { return specials_.bos_id; }

@@ -5,6 +5,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/file_util.h"
+#include "common/tokenizer/byte_level_bpe.h"
 #include "common/tokenizer/sentencepiece_bpe.h"
 #include "common/status_macros.h"
 #include "nlohmann/json.hpp"
@@ -85,12 +86,12 @@ absl::StatusOr<std::unique_ptr<Tokenizer>> Tokenizer::Load(const std::filesystem
     return it == tokenizer.end() ? null_json : *it;
   };
   // Model kinds are told apart by their pre-tokenizer and decoder, as the model type is
-  // "BPE" for both. A byte-level implementation would plug in here.
+  // "BPE" for both.
   if (HasByteLevel(field("pre_tokenizer")) || HasByteLevel(field("decoder"))) {
-    return absl::UnimplementedError(absl::StrCat(
-        tokenizer_source,
-        ": byte-level BPE (ByteLevel pre_tokenizer/decoder, as in Llama 3) is not supported "
-        "yet; only SentencePiece-style BPE (Llama 1/2, Mistral, TinyLlama) is"));
+    ASSIGN_OR_RETURN(std::unique_ptr<ByteLevelBpeTokenizer> t,
+                     ByteLevelBpeTokenizer::Create(tokenizer, config, tokenizer_source,
+                                                   config_source));
+    return std::unique_ptr<Tokenizer>(std::move(t));
   }
   ASSIGN_OR_RETURN(std::unique_ptr<SentencePieceBpeTokenizer> t,
                    SentencePieceBpeTokenizer::Create(tokenizer, config, tokenizer_source,

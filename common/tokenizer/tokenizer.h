@@ -14,10 +14,20 @@ namespace tessera {
 
 // Text <-> token ids for one model, loaded from Hugging Face `tokenizer.json` (+
 // `tokenizer_config.json` for whether BOS is added). The tokenizer model kind is chosen
-// from the file: today SentencePiece-style BPE with byte fallback (Llama 1/2, Mistral,
-// TinyLlama); byte-level BPE (Llama 3) slots in as another `Tokenizer` implementation.
+// from the file: SentencePiece-style BPE with byte fallback (Llama 1/2, Mistral,
+// TinyLlama) or byte-level BPE (GPT-2 alphabet: Llama 3, Qwen2).
 class Tokenizer {
  public:
+  struct EncodeOptions {
+    // Adds what the post-processor / tokenizer_config.json says (BOS for Llama).
+    bool add_special_tokens = true;
+    // False: text spelling a special token ("<|eot_id|>") is encoded as ordinary text, as
+    // Meta's reference tokenizer does for user text and as tiktoken's
+    // encode(disallowed_special=()) and Hugging Face's encode_special_tokens do. Added
+    // tokens not marked special still match.
+    bool parse_special_tokens = true;
+  };
+
   virtual ~Tokenizer() = default;
 
   // Loads `<dir>/tokenizer.json` and, if present, `<dir>/tokenizer_config.json`.
@@ -25,6 +35,11 @@ class Tokenizer {
 
   // Encodes `text`; prepends BOS when the config says so and `add_special_tokens` is set.
   virtual std::vector<int32_t> Encode(absl::string_view text, bool add_special_tokens = true) const = 0;
+  // The same with every option; the real tokenizers override it (the default exists for
+  // test doubles and ignores parse_special_tokens).
+  virtual std::vector<int32_t> Encode(absl::string_view text, const EncodeOptions& options) const {
+    return Encode(text, options.add_special_tokens);
+  }
 
   // Decodes ids to text. Special tokens (BOS/EOS/UNK...) are skipped when
   // `skip_special_tokens`; incomplete UTF-8 from byte fallback is kept as raw bytes.

@@ -80,7 +80,8 @@ absl::StatusOr<AddedTokens> AddedTokens::FromJson(const Json& added_tokens,
   return result;
 }
 
-std::vector<AddedTokens::Segment> AddedTokens::Split(absl::string_view text) const {
+std::vector<AddedTokens::Segment> AddedTokens::Split(absl::string_view text,
+                                                     bool match_special) const {
   std::vector<Segment> out;
   if (tokens_.empty()) {
     if (!text.empty()) out.push_back(Segment{text, -1});
@@ -92,6 +93,7 @@ std::vector<AddedTokens::Segment> AddedTokens::Split(absl::string_view text) con
     const AddedToken* match = nullptr;
     for (size_t index : by_first_byte_[static_cast<uint8_t>(text[pos])]) {
       const AddedToken& t = tokens_[index];
+      if (t.special && !match_special) continue;
       if (text.substr(pos, t.content.size()) != t.content) continue;
       const size_t end = pos + t.content.size();
       if (t.single_word && ((pos > 0 && IsWordByte(text[pos - 1])) ||

@@ -37,8 +37,9 @@ class AddedTokens {
     int32_t id = -1;
   };
   // Splits `text` into ordinary runs and added tokens, taking the leftmost, then longest,
-  // match. Empty ordinary runs are left out.
-  std::vector<Segment> Split(absl::string_view text) const;
+  // match. Empty ordinary runs are left out. Without `match_special`, tokens marked
+  // special stay ordinary text (Hugging Face's encode_special_tokens).
+  std::vector<Segment> Split(absl::string_view text, bool match_special = true) const;
 
   // nullptr when `id` is not an added token.
   const AddedToken* FindById(int32_t id) const;

@@ -1,6 +1,8 @@
 #include "common/tokenizer/tokenizer_bpe.h"
 
 #include <algorithm>
+#include <array>
+#include <climits>
 #include <queue>
 #include <utility>
 
@@ -74,6 +76,7 @@ absl::StatusOr<BpeModel> BpeModel::FromJson(const Json& model, absl::string_view
                                         " is far beyond the vocabulary size ", vocab->size()));
   }
   m.pieces_.assign(max_id + 1, std::string());
+  m.vocab_.reserve(vocab->size());
   std::vector<bool> seen(max_id + 1, false);
   m.byte_ids_.fill(-1);
   m.byte_of_id_.assign(max_id + 1, -1);
@@ -165,7 +168,7 @@ absl::StatusOr<BpeModel> BpeModel::FromJson(const Json& model, absl::string_view
 }
 
 int32_t BpeModel::IdForPiece(absl::string_view piece) const {
-  auto it = vocab_.find(std::string_view(piece.data(), piece.size()));
+  auto it = vocab_.find(piece);
   return it == vocab_.end() ? -1 : it->second;
 }
 
@@ -180,11 +183,6 @@ int BpeModel::ByteForId(int32_t id) const {
   return byte_of_id_[id];
 }
 
-const BpeModel::Merge* BpeModel::FindMerge(int32_t left, int32_t right) const {
-  auto it = merges_.find(PairKey(left, right));
-  return it == merges_.end() ? nullptr : &it->second;
-}
-
 void BpeModel::EncodeWord(absl::string_view word, std::vector<int32_t>* ids) const {
   if (word.empty()) return;
   if (ignore_merges_) {
@@ -194,24 +192,11 @@ void BpeModel::EncodeWord(absl::string_view word, std::vector<int32_t>* ids) con
     }
   }
 
-  // Symbols form a doubly linked list over a vector so that a merge is O(1) and stale
-  // queue entries can be recognised (len == 0 marks a symbol merged into its left).
-  struct Symbol {
-    int32_t id;
-    int32_t prev;
-    int32_t next;
-    uint32_t len;
-  };
-  std::vector<Symbol> symbols;
-  symbols.reserve(word.size());
-  const auto add = [&symbols](int32_t id, size_t len) {
-    const int32_t index = static_cast<int32_t>(symbols.size());
-    symbols.push_back(Symbol{id, index - 1, -1, static_cast<uint32_t>(len)});
-    if (index > 0) symbols[index - 1].next = index;
-  };
+  thread_local std::vector<int32_t> symbols;
+  symbols.clear();
   int32_t pending_unk_len = 0;  // Bytes of unknown characters not yet emitted.
   const auto flush_unk = [&] {
-    if (pending_unk_len > 0) add(unk_id_, pending_unk_len);
+    if (pending_unk_len > 0) symbols.push_back(unk_id_);
     pending_unk_len = 0;
   };
   for (size_t pos = 0; pos < word.size();) {
@@ -220,7 +205,7 @@ void BpeModel::EncodeWord(absl::string_view word, std::vector<int32_t>* ids) con
     pos += len;
     if (const int32_t id = IdForPiece(ch); id >= 0) {
       flush_unk();
-      add(id, len);
+      symbols.push_back(id);
       continue;
     }
     if (byte_fallback_) {
@@ -228,7 +213,7 @@ void BpeModel::EncodeWord(absl::string_view word, std::vector<int32_t>* ids) con
       for (char c : ch) all_bytes = all_bytes && byte_ids_[static_cast<uint8_t>(c)] >= 0;
       if (all_bytes) {
         flush_unk();
-        for (char c : ch) add(byte_ids_[static_cast<uint8_t>(c)], 1);
+        for (char c : ch) symbols.push_back(byte_ids_[static_cast<uint8_t>(c)]);
         continue;
       }
     }
@@ -237,7 +222,64 @@ void BpeModel::EncodeWord(absl::string_view word, std::vector<int32_t>* ids) con
     pending_unk_len += static_cast<int32_t>(len);
   }
   flush_unk();
+  MergeSymbols(&symbols);
+  ids->insert(ids->end(), symbols.begin(), symbols.end());
+}
 
+void BpeModel::MergeSymbols(std::vector<int32_t>* symbols) const {
+  constexpr size_t kShortWord = 64;
+  std::vector<int32_t>& s = *symbols;
+  if (s.size() < 2) return;
+  if (s.size() > kShortWord) {
+    MergeLongWord(symbols);
+    return;
+  }
+  // Short words (nearly all): rescan the pair ranks, updating only the pairs a merge
+  // touched. No allocation, and cheaper than a heap at these sizes.
+  constexpr int32_t kNone = INT32_MAX;
+  std::array<int32_t, kShortWord> rank;
+  std::array<int32_t, kShortWord> merged;
+  size_t n = s.size();
+  const auto look = [&](size_t i) {
+    const Merge* m = FindMerge(s[i], s[i + 1]);
+    rank[i] = m == nullptr ? kNone : m->rank;
+    merged[i] = m == nullptr ? -1 : m->new_id;
+  };
+  for (size_t i = 0; i + 1 < n; ++i) look(i);
+  while (n > 1) {
+    size_t best = 0;
+    for (size_t i = 1; i + 1 < n; ++i) {
+      if (rank[i] < rank[best]) best = i;
+    }
+    if (rank[best] == kNone) break;
+    s[best] = merged[best];
+    for (size_t i = best + 1; i + 1 < n; ++i) {
+      s[i] = s[i + 1];
+      rank[i] = rank[i + 1];
+      merged[i] = merged[i + 1];
+    }
+    --n;
+    if (best + 1 < n) look(best);
+    if (best > 0) look(best - 1);
+  }
+  s.resize(n);
+}
+
+void BpeModel::MergeLongWord(std::vector<int32_t>* symbols) const {
+  // Symbols form a doubly linked list over a vector so that a merge is O(1) and stale
+  // queue entries can be recognised (alive == false marks a symbol merged into its left).
+  struct Symbol {
+    int32_t id;
+    int32_t prev;
+    int32_t next;
+    bool alive;
+  };
+  std::vector<Symbol> list;
+  list.reserve(symbols->size());
+  for (size_t i = 0; i < symbols->size(); ++i) {
+    list.push_back(Symbol{(*symbols)[i], static_cast<int32_t>(i) - 1,
+                          i + 1 < symbols->size() ? static_cast<int32_t>(i + 1) : -1, true});
+  }
   struct Candidate {
     int32_t rank;
     int32_t pos;
@@ -248,41 +290,39 @@ void BpeModel::EncodeWord(absl::string_view word, std::vector<int32_t>* ids) con
     }
   };
   std::vector<Candidate> heap_storage;
-  heap_storage.reserve(symbols.size());
+  heap_storage.reserve(list.size());
   std::priority_queue<Candidate> queue(std::less<Candidate>(), std::move(heap_storage));
-  for (size_t i = 0; i + 1 < symbols.size(); ++i) {
-    if (const Merge* m = FindMerge(symbols[i].id, symbols[i + 1].id)) {
+  for (size_t i = 0; i + 1 < list.size(); ++i) {
+    if (const Merge* m = FindMerge(list[i].id, list[i + 1].id)) {
       queue.push(Candidate{m->rank, static_cast<int32_t>(i), m->new_id});
     }
   }
   while (!queue.empty()) {
     const Candidate top = queue.top();
     queue.pop();
-    Symbol& cur = symbols[top.pos];
-    if (cur.len == 0 || cur.next < 0) continue;
-    const Symbol right = symbols[cur.next];
+    Symbol& cur = list[top.pos];
+    if (!cur.alive || cur.next < 0) continue;
+    const Symbol right = list[cur.next];
     // The entry is stale when either side has been merged since it was queued.
     const Merge* m = FindMerge(cur.id, right.id);
     if (m == nullptr || m->new_id != top.new_id) continue;
-    symbols[cur.next].len = 0;
+    list[cur.next].alive = false;
     cur.id = top.new_id;
-    cur.len += right.len;
     cur.next = right.next;
-    if (right.next >= 0) symbols[right.next].prev = top.pos;
+    if (right.next >= 0) list[right.next].prev = top.pos;
     if (cur.prev >= 0) {
-      if (const Merge* pm = FindMerge(symbols[cur.prev].id, cur.id)) {
+      if (const Merge* pm = FindMerge(list[cur.prev].id, cur.id)) {
         queue.push(Candidate{pm->rank, cur.prev, pm->new_id});
       }
     }
     if (cur.next >= 0) {
-      if (const Merge* nm = FindMerge(cur.id, symbols[cur.next].id)) {
+      if (const Merge* nm = FindMerge(cur.id, list[cur.next].id)) {
         queue.push(Candidate{nm->rank, top.pos, nm->new_id});
       }
     }
   }
-  for (int32_t i = symbols.empty() ? -1 : 0; i >= 0; i = symbols[i].next) {
-    ids->push_back(symbols[i].id);
-  }
+  symbols->clear();
+  for (int32_t i = list.empty() ? -1 : 0; i >= 0; i = list[i].next) symbols->push_back(list[i].id);
 }
 
 }  // namespace tessera

@@ -3,12 +3,10 @@
 
 #include <array>
 #include <cstdint>
-#include <functional>
 #include <string>
-#include <string_view>
-#include <unordered_map>
 #include <vector>
 
+#include "absl/container/flat_hash_map.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "nlohmann/json_fwd.hpp"
@@ -30,6 +28,11 @@ class BpeModel {
   // (dropped when the model has none, as Hugging Face does).
   void EncodeWord(absl::string_view word, std::vector<int32_t>* ids) const;
 
+  // Applies the merges to `symbols` (ids of the word's characters, in order) until none
+  // applies: lowest rank first, the leftmost pair on ties, as Hugging Face does.
+  // `ignore_merges` is the caller's business (it needs the word's spelling).
+  void MergeSymbols(std::vector<int32_t>* symbols) const;
+
   // -1 when `piece` is not in the vocabulary.
   int32_t IdForPiece(absl::string_view piece) const;
   // Empty for ids outside the vocabulary or holes in it.
@@ -41,26 +44,29 @@ class BpeModel {
   int32_t size() const { return static_cast<int32_t>(pieces_.size()); }
   int32_t unk_id() const { return unk_id_; }
   bool byte_fallback() const { return byte_fallback_; }
+  // Llama 3 sets it: a word that is itself in the vocabulary is one token, merges or not.
+  bool ignore_merges() const { return ignore_merges_; }
+  bool fuse_unk() const { return fuse_unk_; }
 
  private:
   struct Merge {
     int32_t rank;
     int32_t new_id;
   };
-  struct StringHash {
-    using is_transparent = void;
-    size_t operator()(std::string_view s) const { return std::hash<std::string_view>{}(s); }
-  };
-
   static uint64_t PairKey(int32_t left, int32_t right) {
     return (static_cast<uint64_t>(static_cast<uint32_t>(left)) << 32) |
            static_cast<uint32_t>(right);
   }
-  const Merge* FindMerge(int32_t left, int32_t right) const;
+  const Merge* FindMerge(int32_t left, int32_t right) const {
+    auto it = merges_.find(PairKey(left, right));
+    return it == merges_.end() ? nullptr : &it->second;
+  }
+  // MergeSymbols for long words: a heap of candidate pairs over a linked list.
+  void MergeLongWord(std::vector<int32_t>* symbols) const;
 
-  std::unordered_map<std::string, int32_t, StringHash, std::equal_to<>> vocab_;
+  absl::flat_hash_map<std::string, int32_t> vocab_;
   std::vector<std::string> pieces_;
-  std::unordered_map<uint64_t, Merge> merges_;
+  absl::flat_hash_map<uint64_t, Merge> merges_;
   std::array<int32_t, 256> byte_ids_;  // -1 where `<0xXX>` is not in the vocabulary.
   std::vector<int16_t> byte_of_id_;    // Inverse of byte_ids_, -1 elsewhere.
   int32_t unk_id_ = -1;

@@ -10,6 +10,7 @@ int ConvertLlama2cMain(int argc, char** argv);   // tessera convert-llama2c
 int GenCheckpointMain(int argc, char** argv);    // tessera gen-checkpoint
 int ServeMain(int argc, char** argv);            // tessera serve
 int GenerateMain(int argc, char** argv);         // tessera generate
+int TokenizeMain(int argc, char** argv);         // tessera tokenize
 
 }  // namespace tessera::cli
 

@@ -17,6 +17,7 @@ constexpr char kUsage[] =
     "  gen-checkpoint   Write a Llama-shaped checkpoint with random weights.\n"
     "  serve            Start a coordinator and its workers on this machine.\n"
     "  generate         Send a request to a running coordinator.\n"
+    "  tokenize         Text to token ids with a model folder's tokenizer.\n"
     "\n"
     "Run `tessera <command> --help` for the flags of a command.\n";
 
@@ -34,6 +35,7 @@ int main(int argc, char** argv) {
   if (command == "gen-checkpoint") return tessera::cli::GenCheckpointMain(argc - 1, argv + 1);
   if (command == "serve") return tessera::cli::ServeMain(argc - 1, argv + 1);
   if (command == "generate") return tessera::cli::GenerateMain(argc - 1, argv + 1);
+  if (command == "tokenize") return tessera::cli::TokenizeMain(argc - 1, argv + 1);
   std::fprintf(stderr, "tessera: unknown command '%s'\n\n%s", command.c_str(), kUsage);
   return 2;
 }

@@ -34,7 +34,8 @@ struct ModelConfig {
   bool o_bias = false;
   // Sliding-window attention: a query at position q sees keys k with q - W < k <= q.
   // 0 = full causal attention. Applies to layers >= first_window_layer (Mistral: all;
-  // Qwen2: max_window_layers, and only with use_sliding_window).
+  // Qwen2: max_window_layers, and only with use_sliding_window). KV blocks that fall
+  // wholly behind the window are not freed yet: cache use is that of full attention.
   int sliding_window = 0;
   int first_window_layer = 0;
   int bos_token_id = 1;  // -1: the model has none (Qwen2 adds no BOS).

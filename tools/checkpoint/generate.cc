@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <optional>
 #include <unordered_set>
 
 #include "absl/strings/str_cat.h"
@@ -12,6 +13,7 @@
 #include "common/safetensors.h"
 #include "common/status_macros.h"
 #include "nlohmann/json.hpp"
+#include "tools/checkpoint/byte_level_tokenizer_json.h"
 #include "tools/checkpoint/tokenizer_json.h"
 
 namespace tessera {
@@ -78,6 +80,10 @@ std::vector<TensorSpec> TensorSpecs(const ModelConfig& c, bool write_tied_lm_hea
         std::move(name), {rows, cols}, 0.0f, 1.0f / std::sqrt(static_cast<float>(cols))};
   };
   auto norm = [h](std::string name) { return TensorSpec{std::move(name), {h}, 1.0f, 0.02f}; };
+  // Biases large enough to move the attention pattern (Qwen2's are).
+  auto bias = [](std::string name, int64_t n) {
+    return TensorSpec{std::move(name), {n}, 0.0f, 0.5f};
+  };
   std::vector<TensorSpec> specs;
   specs.push_back(matrix("model.embed_tokens.weight", c.vocab_size, h));
   for (int l = 0; l < c.num_hidden_layers; ++l) {
@@ -86,7 +92,13 @@ std::vector<TensorSpec> TensorSpecs(const ModelConfig& c, bool write_tied_lm_hea
     specs.push_back(matrix(p + "self_attn.q_proj.weight", q, h));
     specs.push_back(matrix(p + "self_attn.k_proj.weight", kv, h));
     specs.push_back(matrix(p + "self_attn.v_proj.weight", kv, h));
+    if (c.qkv_bias) {
+      specs.push_back(bias(p + "self_attn.q_proj.bias", q));
+      specs.push_back(bias(p + "self_attn.k_proj.bias", kv));
+      specs.push_back(bias(p + "self_attn.v_proj.bias", kv));
+    }
     specs.push_back(matrix(p + "self_attn.o_proj.weight", h, q));
+    if (c.o_bias) specs.push_back(bias(p + "self_attn.o_proj.bias", h));
     specs.push_back(norm(p + "post_attention_layernorm.weight"));
     specs.push_back(matrix(p + "mlp.gate_proj.weight", inter, h));
     specs.push_back(matrix(p + "mlp.down_proj.weight", h, inter));
@@ -124,11 +136,59 @@ std::string ShardName(int i, int n) {
   return absl::StrFormat("model-%05d-of-%05d.safetensors", i + 1, n);
 }
 
+// The byte-level vocabulary a config imitates: Llama 3 (BOS 128000) or Qwen2 at its real
+// vocabulary size; anything else gets the small SentencePiece tokenizer (bos 1, eos 2).
+struct ByteLevelChoice {
+  ByteLevelFlavor flavor;
+  int num_regular_tokens;
+};
+std::optional<ByteLevelChoice> ByteLevelFor(const ModelConfig& c) {
+  if (c.bos_token_id == 128000) return ByteLevelChoice{ByteLevelFlavor::kLlama3, 128000};
+  if (c.architecture == "Qwen2ForCausalLM" && c.vocab_size >= 151665) {
+    return ByteLevelChoice{ByteLevelFlavor::kQwen2, 151643};
+  }
+  return std::nullopt;
+}
+
+// The real models' generation_config.json: Llama 3.1 instruct and Qwen2.5 instruct.
+std::string GenerationConfigJson(const ModelConfig& c, ByteLevelFlavor flavor) {
+  nlohmann::json j;
+  if (c.bos_token_id >= 0) j["bos_token_id"] = c.bos_token_id;
+  j["eos_token_id"] = c.eos_token_ids;
+  j["do_sample"] = true;
+  if (flavor == ByteLevelFlavor::kLlama3) {
+    j["temperature"] = 0.6;
+    j["top_p"] = 0.9;
+  } else {
+    j["temperature"] = 0.7;
+    j["top_p"] = 0.8;
+    j["top_k"] = 20;
+    j["repetition_penalty"] = 1.05;
+  }
+  j["transformers_version"] = "4.46.0";
+  return j.dump(2) + "\n";
+}
+
 }  // namespace
 
 std::vector<std::string> PresetNames() {
-  return {"tiny", "llama-1b", "llama3-8b", "llama-70b-layers"};
+  return {"tiny",        "llama-1b",    "llama3-8b",    "llama-70b-layers", "llama3.1-8b",
+          "llama3.1-70b-layers",        "qwen2.5-7b",   "tiny-llama3",      "tiny-qwen2",
+          "tiny-mistral", "tiny-yarn"};
 }
+
+namespace {
+// Llama 3.1's rope_scaling with `original` as the pre-training context (8192 for real).
+RopeScaling Llama31Scaling(int original) {
+  RopeScaling r;
+  r.type = RopeScaling::Type::kLlama3;
+  r.factor = 8;
+  r.low_freq_factor = 1;
+  r.high_freq_factor = 4;
+  r.original_max_position_embeddings = original;
+  return r;
+}
+}  // namespace
 
 absl::StatusOr<ModelConfig> PresetConfig(absl::string_view name, int num_layers) {
   ModelConfig c;
@@ -165,6 +225,59 @@ absl::StatusOr<ModelConfig> PresetConfig(absl::string_view name, int num_layers)
     llama3(4096, 14336, 32, 8, 128, 32);
   } else if (name == "llama-70b-layers") {
     llama3(8192, 28672, 64, 8, 128, 2);
+  } else if (name == "llama3.1-8b" || name == "llama3.1-70b-layers") {
+    if (name == "llama3.1-8b") {
+      llama3(4096, 14336, 32, 8, 128, 32);
+    } else {
+      llama3(8192, 28672, 64, 8, 128, 2);
+    }
+    c.rope_scaling = Llama31Scaling(8192);
+    c.bos_token_id = 128000;
+    c.eos_token_ids = {128001, 128008, 128009};
+  } else if (name == "qwen2.5-7b") {
+    c.architecture = "Qwen2ForCausalLM";
+    c.hidden_size = 3584;
+    c.intermediate_size = 18944;
+    c.num_attention_heads = 28;
+    c.num_key_value_heads = 4;
+    c.head_dim = 128;
+    c.num_hidden_layers = 28;
+    c.vocab_size = 152064;
+    c.max_position_embeddings = 32768;
+    c.rope_theta = 1000000.0f;
+    c.rms_norm_eps = 1e-6f;
+    c.qkv_bias = true;
+    c.bos_token_id = -1;
+    c.eos_token_ids = {151645, 151643};
+  } else if (name == "tiny-llama3" || name == "tiny-qwen2" || name == "tiny-mistral" ||
+             name == "tiny-yarn") {
+    // Small enough for tests at tp 1, 2 and 4, with sizes that split unevenly: 2 KV heads
+    // (replicated at tp 4), intermediate 202 and vocab 301.
+    c.hidden_size = 64;
+    c.intermediate_size = 202;
+    c.num_attention_heads = 4;
+    c.num_key_value_heads = 2;
+    c.head_dim = 16;
+    c.num_hidden_layers = 2;
+    c.vocab_size = 301;
+    c.max_position_embeddings = 1024;
+    if (name == "tiny-llama3") {
+      // Original context 64: prompts of a few hundred tokens run far past it.
+      c.rope_theta = 500000.0f;
+      c.rope_scaling = Llama31Scaling(64);
+    } else if (name == "tiny-qwen2") {
+      c.architecture = "Qwen2ForCausalLM";
+      c.qkv_bias = true;
+      c.rope_theta = 1000000.0f;
+      c.tie_word_embeddings = true;
+    } else if (name == "tiny-mistral") {
+      c.architecture = "MistralForCausalLM";
+      c.sliding_window = 12;
+    } else {
+      c.rope_scaling.type = RopeScaling::Type::kYarn;
+      c.rope_scaling.factor = 4;
+      c.rope_scaling.original_max_position_embeddings = 64;
+    }
   } else {
     return absl::InvalidArgumentError(absl::StrCat(
         "unknown preset \"", name, "\" (known: ", absl::StrJoin(PresetNames(), ", "), ")"));
@@ -207,14 +320,38 @@ absl::Status GenerateRandomCheckpoint(const ModelConfig& config, const GenerateO
   ModelConfig c = config;
   c.torch_dtype = options.dtype;
   RETURN_IF_ERROR(ModelConfig::FromJson(c.ToJson(), "generated config").status());
-  if (c.vocab_size < kMinVocab) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "vocab_size ", c.vocab_size, " is too small: the byte-level tokenizer needs at least ",
-        kMinVocab, " (3 special + 256 byte pieces)"));
-  }
-  if (c.bos_token_id != 1 || c.eos_token_ids != std::vector<int>{2}) {
-    return absl::InvalidArgumentError(
-        "the generated tokenizer has <s> = 1 and </s> = 2; set bos_token_id 1 and eos 2");
+  const std::optional<ByteLevelChoice> byte_level = ByteLevelFor(c);
+  std::optional<ByteLevelTokenizerFiles> tokenizer;
+  if (byte_level.has_value()) {
+    ASSIGN_OR_RETURN(tokenizer, SyntheticByteLevelTokenizer(byte_level->flavor,
+                                                           byte_level->num_regular_tokens));
+    if (tokenizer->num_tokens > c.vocab_size) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "vocab_size ", c.vocab_size, " is smaller than the byte-level tokenizer's ",
+          tokenizer->num_tokens, " tokens"));
+    }
+    if (tokenizer->bos_token_id != c.bos_token_id) {
+      return absl::InvalidArgumentError(absl::StrCat("bos_token_id ", c.bos_token_id,
+                                                     " differs from the tokenizer's ",
+                                                     tokenizer->bos_token_id));
+    }
+    for (int id : c.eos_token_ids) {
+      if (std::find(tokenizer->eos_token_ids.begin(), tokenizer->eos_token_ids.end(), id) ==
+          tokenizer->eos_token_ids.end()) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("eos_token_id ", id, " is not one of the tokenizer's end tokens"));
+      }
+    }
+  } else {
+    if (c.vocab_size < kMinVocab) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "vocab_size ", c.vocab_size, " is too small: the byte-level tokenizer needs at least ",
+          kMinVocab, " (3 special + 256 byte pieces)"));
+    }
+    if (c.bos_token_id != 1 || c.eos_token_ids != std::vector<int>{2}) {
+      return absl::InvalidArgumentError(
+          "the generated tokenizer has <s> = 1 and </s> = 2; set bos_token_id 1 and eos 2");
+    }
   }
   const std::vector<TensorSpec> specs = TensorSpecs(c, options.write_tied_lm_head);
   const int num_shards = options.num_shards;
@@ -287,6 +424,15 @@ absl::Status GenerateRandomCheckpoint(const ModelConfig& config, const GenerateO
     std::filesystem::remove(options.out_dir / "model.safetensors.index.json", ec);
   }
   RETURN_IF_ERROR(WriteStringToFile(options.out_dir / "config.json", c.ToJson()));
+  if (tokenizer.has_value()) {
+    RETURN_IF_ERROR(WriteStringToFile(options.out_dir / "tokenizer.json", tokenizer->tokenizer_json));
+    RETURN_IF_ERROR(WriteStringToFile(options.out_dir / "tokenizer_config.json",
+                                      tokenizer->tokenizer_config_json));
+    RETURN_IF_ERROR(WriteStringToFile(options.out_dir / "generation_config.json",
+                                      GenerationConfigJson(c, byte_level->flavor)));
+    return absl::OkStatus();
+  }
+  std::filesystem::remove(options.out_dir / "generation_config.json", ec);
   RETURN_IF_ERROR(
       WriteStringToFile(options.out_dir / "tokenizer.json", ByteLevelTokenizerJson(c.vocab_size)));
   RETURN_IF_ERROR(WriteStringToFile(options.out_dir / "tokenizer_config.json",

@@ -27,15 +27,21 @@ struct GenerateOptions {
   std::function<void(uint64_t, uint64_t)> progress;
 };
 
-// Model shapes by name: "tiny", "llama-1b", "llama3-8b", "llama-70b-layers".
-// `num_layers` > 0 overrides the preset's layer count. Token ids follow the generated
-// tokenizer (bos 1, eos 2), whatever the real model uses.
+// Model shapes by name (PresetNames()). The real-shaped Llama 3.1 and Qwen2.5 presets keep
+// the real models' configs (rope_scaling, biases, token ids) and get a byte-level BPE
+// tokenizer of their family; the others ("tiny*", "llama-1b", "llama3-8b",
+// "llama-70b-layers") use the generated SentencePiece tokenizer (bos 1, eos 2). The small
+// "tiny-llama3" (llama3 rope scaling from an original context of 64), "tiny-qwen2" (q/k/v
+// biases, tied embeddings), "tiny-mistral" (sliding window 12) and "tiny-yarn" are for
+// tests. `num_layers` > 0 overrides the preset's layer count.
 absl::StatusOr<ModelConfig> PresetConfig(absl::string_view name, int num_layers = 0);
 std::vector<std::string> PresetNames();
 
 // Writes a random Hugging Face Llama folder: config.json, weights with HF names and
-// sensible scales (deterministic from the seed, independent of sharding), a byte-level
-// SentencePiece-BPE tokenizer.json and tokenizer_config.json.
+// sensible scales (deterministic from the seed, independent of sharding; q/k/v/o biases
+// when the config has them), tokenizer.json and tokenizer_config.json: the byte-level BPE
+// of Llama 3 (bos_token_id 128000) or Qwen2 (Qwen2ForCausalLM with vocab >= 151665) plus
+// the real models' generation_config.json, else a SentencePiece-BPE with byte fallback.
 absl::Status GenerateRandomCheckpoint(const ModelConfig& config, const GenerateOptions& options);
 
 // The tokenizer the generator writes: <unk>, <s>, </s>, the 256 byte pieces, then filler

@@ -9,6 +9,7 @@
 #include "absl/strings/str_join.h"
 #include "common/flag_set.h"
 #include "common/progress_line.h"
+#include "nlohmann/json.hpp"
 #include "tools/checkpoint/generate.h"
 #include "tools/tessera/commands.h"
 
@@ -26,8 +27,8 @@ absl::Status Override(const char* flag, int64_t value, int* field) {
 }
 
 absl::Status Run(int argc, char** argv) {
-  std::string preset, out, dtype = "bf16";
-  int64_t layers = 0, shards = 1, seed = 0, hidden = 0, intermediate = 0, heads = 0, kv_heads = 0,
+  std::string preset, out, dtype = "bf16", rope_scaling;
+  int64_t sliding_window = -1, layers = 0, shards = 1, seed = 0, hidden = 0, intermediate = 0, heads = 0, kv_heads = 0,
           head_dim = 0, vocab = 0;
   bool lm_head = false;
   FlagSet flags("tessera gen-checkpoint",
@@ -47,6 +48,12 @@ absl::Status Run(int argc, char** argv) {
   flags.Int("head-dim", &head_dim, "override head_dim");
   flags.Int("vocab", &vocab, "override vocab_size (at least 259)");
   flags.Bool("lm-head", &lm_head, "also write lm_head.weight when embeddings are tied");
+  flags.String("rope-scaling", &rope_scaling,
+               "override rope_scaling with a config.json object, e.g. "
+               "'{\"rope_type\": \"yarn\", \"factor\": 4}' (\"null\": none)");
+  flags.Int("sliding-window", &sliding_window,
+            "override the attention window (0: none; Mistral: every layer, Qwen2: layers from "
+            "max_window_layers)");
   if (absl::Status s = flags.Parse(argc, argv); !s.ok()) return s;
   if (flags.help_requested()) {
     std::printf("%s", flags.Usage().c_str());
@@ -68,6 +75,26 @@ absl::Status Run(int argc, char** argv) {
                                     {"head-dim", head_dim, &config->head_dim},
                                     {"vocab", vocab, &config->vocab_size}}) {
     if (absl::Status s = Override(flag, value, field); !s.ok()) return s;
+  }
+  if (!rope_scaling.empty()) {
+    const nlohmann::json j = nlohmann::json::parse(rope_scaling, nullptr, /*allow_exceptions=*/false);
+    if (j.is_discarded()) {
+      return absl::InvalidArgumentError("--rope-scaling is not valid JSON: " + rope_scaling);
+    }
+    absl::StatusOr<RopeScaling> r = RopeScaling::FromJson(j, "--rope-scaling");
+    if (!r.ok()) return r.status();
+    config->rope_scaling = *r;
+  }
+  if (sliding_window >= 0) {
+    if (config->architecture == "LlamaForCausalLM" && sliding_window > 0) {
+      return absl::InvalidArgumentError(
+          "--sliding-window needs a Mistral or Qwen2 preset (Llama has no sliding window)");
+    }
+    if (sliding_window > (int64_t{1} << 30)) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("--sliding-window out of range: ", sliding_window));
+    }
+    config->sliding_window = static_cast<int>(sliding_window);
   }
 
   GenerateOptions options;

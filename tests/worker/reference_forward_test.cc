@@ -1,0 +1,284 @@
+// Greedy generation of small generated checkpoints at tp 1, 2 and 4 (threads of this
+// process) against the numpy reference forward (tests/reference/numpy_llama.py), which
+// follows transformers' modeling code independently of ours: every rope_scaling type at
+// positions far beyond original_max_position_embeddings, Qwen2 biases (tied and untied),
+// Llama attention_bias, tied Llama 3.2-style embeddings, Mistral and Qwen2 sliding windows
+// over sequences longer than the window. The shapes split unevenly: intermediate 202 and
+// vocab 301 over 2 and 4 ranks, 2 KV heads replicated at tp 4.
+//
+// Tolerance: every step's full-vocabulary logits within 1e-4 * (1 + |ref|) of the float64
+// reference (our activations are float32; the worst seen is about 2e-6), and identical
+// greedy ids.
+#include <algorithm>
+#include <cmath>
+#include <cstdlib>
+#include <functional>
+#include <numeric>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "common/file_util.h"
+#include "gtest/gtest.h"
+#include "nlohmann/json.hpp"
+#include "tests/support/subprocess.h"
+#include "tests/support/test_model.h"
+#include "tools/checkpoint/generate.h"
+#include "worker/comm/local_communicator.h"
+#include "worker/llama_model.h"
+
+namespace tessera {
+namespace {
+
+constexpr int kBlockSize = 16;
+
+struct Greedy {
+  absl::Status status;
+  std::vector<int32_t> ids;
+  std::vector<std::vector<float>> step_logits;  // Logits before each generated token.
+};
+
+// One rank's greedy run: the prompt in chunks of `chunk` tokens (so later chunks attend
+// to a cached prefix), then one token per step. The sequence owns blocks 1..n.
+Greedy RunRank(const std::filesystem::path& dir, Communicator* comm,
+               const std::vector<int32_t>& prompt, int steps, int chunk) {
+  Greedy g;
+  auto backend = kernels::MakeCpuBackend(1);
+  auto model = LlamaModel::Load(dir, backend.get(), comm);
+  if (!model.ok()) {
+    g.status = model.status();
+    return g;
+  }
+  const int total = static_cast<int>(prompt.size()) + steps;
+  const int num_blocks = (total + kBlockSize - 1) / kBlockSize + 1;
+  auto cache = (*model)->CreateKvCache(num_blocks, kBlockSize);
+  if (!cache.ok()) {
+    g.status = cache.status();
+    return g;
+  }
+  std::vector<int32_t> blocks(num_blocks - 1);
+  std::iota(blocks.begin(), blocks.end(), 1);
+  std::vector<int32_t> tokens = prompt;
+  std::vector<float> logits;
+  auto step = [&](int begin, int end) {
+    StepBatch b;
+    b.max_blocks_per_seq = static_cast<int>(blocks.size());
+    b.AddSequence(tokens, blocks, begin, end, kBlockSize, /*wants_logits=*/true);
+    return (*model)->Forward(b, cache->get(), &logits);
+  };
+  const int n = static_cast<int>(prompt.size());
+  for (int begin = 0; begin < n && g.status.ok(); begin += chunk) {
+    g.status = step(begin, std::min(n, begin + chunk));
+  }
+  while (g.status.ok() && static_cast<int>(g.ids.size()) < steps) {
+    g.step_logits.push_back(logits);
+    const int32_t next =
+        static_cast<int32_t>(std::max_element(logits.begin(), logits.end()) - logits.begin());
+    g.ids.push_back(next);
+    tokens.push_back(next);
+    if (static_cast<int>(g.ids.size()) < steps) {
+      g.status = step(static_cast<int>(tokens.size()) - 1, static_cast<int>(tokens.size()));
+    }
+  }
+  return g;
+}
+
+std::vector<Greedy> RunWorld(const std::filesystem::path& dir, int world,
+                             const std::vector<int32_t>& prompt, int steps, int chunk) {
+  auto group = LocalGroup::Create(world, std::chrono::seconds(60));
+  std::vector<Greedy> out(world);
+  std::vector<std::thread> threads;
+  for (int rank = 0; rank < world; ++rank) {
+    threads.emplace_back([&, rank] {
+      LocalCommunicator comm(group, rank);
+      out[rank] = RunRank(dir, &comm, prompt, steps, chunk);
+    });
+  }
+  for (auto& t : threads) t.join();
+  return out;
+}
+
+struct Reference {
+  std::vector<int32_t> ids;
+  std::vector<std::vector<float>> step_logits;
+};
+
+// Runs the numpy reference on `dir`; fails the test (returns false) when it cannot run.
+bool RunReference(const std::filesystem::path& dir, const std::vector<int32_t>& prompt,
+                  int steps, Reference* ref) {
+  const std::filesystem::path out = dir / "reference.json";
+  const std::string command = absl::StrCat(
+      "python3 ", TESSERA_SOURCE_DIR, "/tests/reference/numpy_llama.py --model ", dir.string(),
+      " --prompt-ids ", absl::StrJoin(prompt, ","), " --max-new-tokens ", steps, " --out ",
+      out.string(), " 2>&1");
+  const testing::CommandResult result = testing::RunCommand(command);
+  if (result.exit_code != 0) {
+    ADD_FAILURE() << "the numpy reference failed (exit " << result.exit_code
+                  << "; scripts/setup.sh installs numpy from requirements-dev.txt):\n"
+                  << result.output;
+    return false;
+  }
+  auto text = ReadFileToString(out);
+  if (!text.ok()) {
+    ADD_FAILURE() << text.status();
+    return false;
+  }
+  const auto j = nlohmann::json::parse(*text);
+  ref->ids = j["generated_ids"].get<std::vector<int32_t>>();
+  ref->step_logits = j["step_logits"].get<std::vector<std::vector<float>>>();
+  return true;
+}
+
+struct Case {
+  std::string preset;
+  std::function<void(ModelConfig*)> adjust;  // Applied to the preset's config.
+  int prompt_len;
+  int steps;
+  int chunk;
+  bool write_tied_lm_head = false;
+};
+
+void ExpectMatchesReference(const Case& c) {
+  auto config = PresetConfig(c.preset);
+  ASSERT_TRUE(config.ok()) << config.status();
+  if (c.adjust) c.adjust(&*config);
+  const auto dir = testing::ScratchDir("model");
+  GenerateOptions options;
+  options.out_dir = dir;
+  options.dtype = DType::kF32;
+  options.seed = 3;
+  options.write_tied_lm_head = c.write_tied_lm_head;
+  ASSERT_TRUE(GenerateRandomCheckpoint(*config, options).ok());
+
+  // Token ids spread over the whole vocabulary, deterministic.
+  std::vector<int32_t> prompt;
+  for (int i = 0; i < c.prompt_len; ++i) {
+    prompt.push_back(3 + static_cast<int32_t>((i * 7919 + 11) % (config->vocab_size - 3)));
+  }
+  Reference ref;
+  if (!RunReference(dir, prompt, c.steps, &ref)) return;
+  ASSERT_EQ(ref.ids.size(), static_cast<size_t>(c.steps));
+
+  for (int world : {1, 2, 4}) {
+    const std::vector<Greedy> ranks = RunWorld(dir, world, prompt, c.steps, c.chunk);
+    for (int r = 0; r < world; ++r) {
+      SCOPED_TRACE(absl::StrCat("tp ", world, " rank ", r));
+      ASSERT_TRUE(ranks[r].status.ok()) << ranks[r].status;
+      EXPECT_EQ(ranks[r].ids, ref.ids);
+      ASSERT_EQ(ranks[r].step_logits.size(), ref.step_logits.size());
+      double worst = 0;
+      for (size_t s = 0; s < ref.step_logits.size(); ++s) {
+        const std::vector<float>& want = ref.step_logits[s];
+        const std::vector<float>& got = ranks[r].step_logits[s];
+        ASSERT_EQ(got.size(), want.size());
+        for (size_t i = 0; i < want.size(); ++i) {
+          const double err = std::abs(got[i] - want[i]) / (1.0 + std::abs(want[i]));
+          worst = std::max(worst, err);
+        }
+      }
+      EXPECT_LT(worst, 1e-4) << "worst logit error (relative to 1 + |ref|)";
+      if (world == 1 && r == 0) std::printf("worst logit error %.2e\n", worst);
+    }
+  }
+}
+
+// Llama 3.1 rope scaling from an original context of 64: positions up to 200.
+TEST(ReferenceForwardTest, Llama3ScaledPastTheOriginalContext) {
+  ExpectMatchesReference({"tiny-llama3", nullptr, 170, 30, 64});
+}
+
+// Llama 3.2 1B/3B: tied embeddings, no lm_head.weight in the checkpoint.
+TEST(ReferenceForwardTest, Llama3ScaledTiedEmbeddings) {
+  ExpectMatchesReference(
+      {"tiny-llama3", [](ModelConfig* c) { c->tie_word_embeddings = true; }, 100, 12, 100});
+}
+
+TEST(ReferenceForwardTest, YarnPastTheOriginalContext) {
+  ExpectMatchesReference({"tiny-yarn", nullptr, 150, 20, 50});
+}
+
+TEST(ReferenceForwardTest, YarnWithMscaleAndExplicitBetas) {
+  ExpectMatchesReference({"tiny-yarn",
+                          [](ModelConfig* c) {
+                            c->rope_scaling.mscale = 0.707;
+                            c->rope_scaling.mscale_all_dim = 1.0;
+                            c->rope_scaling.beta_fast = 16;
+                            c->rope_scaling.beta_slow = 2;
+                          },
+                          120, 10, 120});
+}
+
+TEST(ReferenceForwardTest, LinearScaling) {
+  ExpectMatchesReference({"tiny",
+                          [](ModelConfig* c) {
+                            c->rope_scaling.type = RopeScaling::Type::kLinear;
+                            c->rope_scaling.factor = 4;
+                            c->intermediate_size = 202;
+                            c->vocab_size = 301;
+                            c->num_attention_heads = 4;
+                            c->head_dim = 24;
+                          },
+                          120, 12, 40});
+}
+
+TEST(ReferenceForwardTest, DynamicNtkScaling) {
+  ExpectMatchesReference({"tiny",
+                          [](ModelConfig* c) {
+                            c->rope_scaling.type = RopeScaling::Type::kDynamic;
+                            c->rope_scaling.factor = 2;
+                            c->max_position_embeddings = 128;
+                            c->vocab_size = 301;
+                            c->num_attention_heads = 4;
+                            c->head_dim = 24;
+                          },
+                          140, 12, 70});
+}
+
+TEST(ReferenceForwardTest, Qwen2BiasesTiedEmbeddings) {
+  ExpectMatchesReference({"tiny-qwen2", nullptr, 60, 16, 25});
+}
+
+TEST(ReferenceForwardTest, Qwen2BiasesUntiedWithYarn) {
+  ExpectMatchesReference({"tiny-qwen2",
+                          [](ModelConfig* c) {
+                            c->tie_word_embeddings = false;
+                            c->rope_scaling.type = RopeScaling::Type::kYarn;
+                            c->rope_scaling.factor = 4;
+                            c->rope_scaling.original_max_position_embeddings = 64;
+                          },
+                          100, 16, 100});
+}
+
+// use_sliding_window with max_window_layers 1: layer 0 full, layer 1 windowed.
+TEST(ReferenceForwardTest, Qwen2SlidingWindowOnLaterLayers) {
+  ExpectMatchesReference({"tiny-qwen2",
+                          [](ModelConfig* c) {
+                            c->sliding_window = 9;
+                            c->first_window_layer = 1;
+                          },
+                          50, 16, 20});
+}
+
+// Window 12 on every layer; a 50-token prompt in chunks of 20 and 16 decode steps.
+TEST(ReferenceForwardTest, MistralSlidingWindowLongerThanTheWindow) {
+  ExpectMatchesReference({"tiny-mistral", nullptr, 50, 16, 20});
+}
+
+TEST(ReferenceForwardTest, LlamaAttentionBiasOnQkvAndO) {
+  ExpectMatchesReference({"tiny-llama3",
+                          [](ModelConfig* c) {
+                            c->qkv_bias = true;
+                            c->o_bias = true;
+                          },
+                          40, 12, 40});
+}
+
+// A tied checkpoint that also stores lm_head.weight (some exports do) loads the same.
+TEST(ReferenceForwardTest, TiedWithStoredLmHead) {
+  ExpectMatchesReference({"tiny-qwen2", nullptr, 30, 8, 30, /*write_tied_lm_head=*/true});
+}
+
+}  // namespace
+}  // namespace tessera

@@ -60,6 +60,9 @@ int main(int argc, char** argv) {
   flags.Int("port", &port, "Public gRPC port (Generation, health, reflection).");
   flags.String("cluster-host", &cluster_host, "Address the worker-facing port (and the Gloo rendezvous store) binds to.");
   flags.Int("cluster-port", &cluster_port, "Port workers register on.");
+  int64_t store_port = 0;
+  flags.Int("store-port", &store_port,
+            "Port of the collectives' rendezvous store (on --cluster-host, tp > 1 only; 0: any free port).");
   flags.Int("tp", &tp, "Tensor-parallel ranks per replica.");
   flags.Int("replicas", &replicas, "Replicas (groups of tp workers).");
   flags.Int("block-size", &block_size, "Tokens per KV-cache block.");
@@ -144,6 +147,8 @@ int main(int argc, char** argv) {
   co.tp = static_cast<int>(tp);
   co.replicas = static_cast<int>(replicas);
   co.store_host = cluster_host;
+  if (store_port < 0 || store_port > 65535) return Fail(absl::StrCat("--store-port must be in [0, 65535], got ", store_port));
+  co.store_port = static_cast<int>(store_port);
   co.group.model_dir = model;
   co.group.communicator = communicator;
   co.group.block_size = static_cast<int>(block_size);

@@ -11,7 +11,7 @@ absl::StatusOr<std::unique_ptr<ClusterManager>> ClusterManager::Create(ClusterOp
                                                                        Engine* engine) {
   auto m = std::unique_ptr<ClusterManager>(new ClusterManager(std::move(options), engine));
   if (m->options_.tp > 1) {
-    auto store = KvStoreServer::Start(m->options_.store_host, 0);
+    auto store = KvStoreServer::Start(m->options_.store_host, m->options_.store_port);
     if (!store.ok()) return store.status();
     m->store_ = std::move(*store);
     m->options_.group.rendezvous_address = absl::StrCat(m->options_.store_host, ":", m->store_->port());

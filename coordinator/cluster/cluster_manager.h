@@ -8,10 +8,10 @@
 
 #include "absl/base/thread_annotations.h"
 #include "absl/synchronization/mutex.h"
+#include "common/rendezvous/kv_store_server.h"
 #include "coordinator/cluster/worker_group.h"
 #include "coordinator/engine/engine.h"
 #include "tessera/v1/worker.grpc.pb.h"
-#include "worker/comm/kv_store_server.h"
 
 namespace tessera {
 
@@ -20,6 +20,9 @@ struct ClusterOptions {
   int replicas = 1;
   GroupOptions group;  // rendezvous_address is filled in by the manager.
   std::string store_host = "127.0.0.1";
+  // The rendezvous store's port (tp > 1 only); 0: any free port. A fixed port lets a
+  // firewall (the chart's NetworkPolicy) open exactly it.
+  int store_port = 0;
 };
 
 // Accepts worker registrations (the Cluster service), forms `replicas` groups of `tp`

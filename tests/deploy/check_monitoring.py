@@ -3,8 +3,11 @@
 
 Every PromQL expression in the Grafana dashboard and the rule files may reference only
   - tessera_* metrics registered in common/metrics, coordinator/metrics or worker/metrics
-    (histograms only through their _bucket/_sum/_count series), and
-  - tessera:* recording rules defined in recording_rules.yml.
+    (histograms only through their _bucket/_sum/_count series),
+  - tessera:* recording rules defined in recording_rules.yml, and
+  - job="..." values that both deployments give their targets: a job_name of
+    prometheus.yml (static scraping) and a tessera.dev/metrics-job label of the Helm
+    chart's Services, which its ServiceMonitors use as jobLabel.
 Usage: check_monitoring.py SOURCE_DIR [DASHBOARD_JSON]
 """
 import json
@@ -55,7 +58,34 @@ def strip_strings(expr):
     return re.sub(r'"(?:[^"\\]|\\.)*"', '""', expr)
 
 
-def check(where, expr, series, records, errors):
+def job_names(root, monitoring):
+    """Job names of the static scrape config, and of the chart's ServiceMonitor targets."""
+    config = yaml.safe_load((monitoring / "prometheus.yml").read_text())
+    static = {c["job_name"] for c in config.get("scrape_configs", [])}
+    templates = root / "helm" / "tessera" / "templates"
+    monitor = (templates / "servicemonitor.yaml").read_text()
+    if not re.search(r"^\s*jobLabel:\s*tessera\.dev/metrics-job\s*$", monitor, flags=re.M):
+        sys.exit("FAIL: helm ServiceMonitor does not set jobLabel: tessera.dev/metrics-job, so its targets' "
+                 "job is the Service name and job=\"...\" selectors in the dashboard and rules miss them")
+    chart = set()
+    for path in sorted(templates.glob("*.yaml")):
+        chart.update(re.findall(r"tessera\.dev/metrics-job:\s*([\w.-]+)", path.read_text()))
+    return static, chart
+
+
+def check_jobs(where, expr, jobs, errors):
+    static, chart = jobs
+    for op, value in re.findall(r'\bjob\s*(=~|!=|!~|=)\s*"([^"]*)"', expr):
+        if op != "=":
+            errors.append(f"{where}: job{op}\"{value}\": select jobs by exact name in: {expr.strip()}")
+        elif value not in static or value not in chart:
+            errors.append(f"{where}: job \"{value}\" is not a job of both prometheus.yml {sorted(static)} "
+                          f"and the chart's ServiceMonitors {sorted(chart)} in: {expr.strip()}")
+
+
+def check(where, expr, series, records, errors, jobs=None):
+    if jobs is not None:
+        check_jobs(where, expr, jobs, errors)
     body = strip_strings(expr)
     for name in re.findall(r'\btessera_\w+', body):
         if name not in series:
@@ -70,6 +100,7 @@ def main():
     monitoring = root / "deploy" / "monitoring"
     dashboard_path = pathlib.Path(sys.argv[2]) if len(sys.argv) > 2 else monitoring / "grafana_dashboard.json"
     series = exported_series(root)
+    jobs = job_names(root, monitoring)
     errors = []
 
     rules = {}
@@ -79,7 +110,7 @@ def main():
     for file, doc in rules.items():
         for g in doc["groups"]:
             for r in g["rules"]:
-                check(f"{file}:{r.get('record') or r.get('alert')}", r["expr"], series, records, errors)
+                check(f"{file}:{r.get('record') or r.get('alert')}", r["expr"], series, records, errors, jobs)
 
     try:
         dashboard = json.loads(dashboard_path.read_text())
@@ -94,7 +125,7 @@ def main():
             for key, value in node.items():
                 if key in ("expr", "query") and isinstance(value, str):
                     exprs += 1
-                    check(f"{dashboard_path.name}:{title}", value, series, records, errors)
+                    check(f"{dashboard_path.name}:{title}", value, series, records, errors, jobs)
                 else:
                     walk(value, title)
         elif isinstance(node, list):

@@ -284,15 +284,24 @@ class ChartShapeTest(unittest.TestCase):
                 self.assertTrue(any(selects(p, worker) for p in peers))
                 self.assertTrue(all(selects(p, coordinator) or selects(p, worker) for p in peers))
 
-                # Coordinator: workers reach it on any port (the rendezvous store's port is
-                # chosen at run time); everyone else only on the API and metrics ports.
-                open_ports = set()
+                # Coordinator: workers reach it on the registration and rendezvous store
+                # ports only; everyone else only on the API and metrics ports. No rule
+                # opens every port.
+                open_ports, worker_ports = set(), set()
                 for rule in for_coordinator[0]["spec"]["ingress"]:
-                    if "ports" in rule:
-                        open_ports.update(p["port"] for p in rule["ports"])
+                    self.assertIn("ports", rule, "a rule without ports opens every port")
+                    ports = {p["port"] for p in rule["ports"]}
+                    sources = rule.get("from", [])
+                    if sources and all("podSelector" in src and selects(src["podSelector"], worker)
+                                       for src in sources):
+                        worker_ports.update(ports)
                     else:
-                        self.assertTrue(all(selects(src["podSelector"], worker) for src in rule["from"]))
+                        open_ports.update(ports)
                 self.assertEqual(open_ports, {v["coordinator"]["port"], v["coordinator"]["metricsPort"]})
+                self.assertEqual(worker_ports, {v["coordinator"]["clusterPort"], v["coordinator"]["storePort"]})
+                # The coordinator is told the port the policy opens.
+                args = component_template(objs, "coordinator")["spec"]["containers"][0]["args"]
+                self.assertIn(f"--store-port={v['coordinator']['storePort']}", args)
 
     def test_pods_are_locked_down(self):
         for name, values in VALUE_SETS.items():
@@ -376,10 +385,18 @@ class ChartShapeTest(unittest.TestCase):
                        and any(p["name"] == "metrics" for p in s["spec"]["ports"])]
             self.assertEqual(len(matched), 1, m["metadata"]["name"])
             self.assertEqual(m["spec"]["endpoints"][0]["port"], "metrics")
+            # The job label of the targets is the one deploy/monitoring uses (the
+            # dashboard's worker `up` panel and the alerts select on it), whatever the
+            # release is called.
+            job_label = m["spec"]["jobLabel"]
+            component = m["metadata"]["labels"]["app.kubernetes.io/component"]
+            self.assertEqual(matched[0]["metadata"]["labels"][job_label], f"tessera-{component}")
         rule = by_kind(objs, "PrometheusRule")[0]
         alerts = {r["alert"]: r for g in rule["spec"]["groups"] for r in g["rules"]}
-        self.assertEqual(set(alerts), {"TesseraNoReadyGroup", "TesseraTimeToFirstTokenP99OverSLO", "TesseraKVCacheNearlyFull",
-                                       "TesseraHighErrorRatio", "TesseraWorkerDown"})
+        self.assertEqual(set(alerts), {"TesseraNoReadyGroup", "TesseraCoordinatorDown", "TesseraTimeToFirstTokenP99OverSLO",
+                                       "TesseraKVCacheNearlyFull", "TesseraHighErrorRatio", "TesseraWorkerDown"})
+        self.assertIn("absent(", alerts["TesseraNoReadyGroup"]["expr"])
+        self.assertIn("absent(up{", alerts["TesseraCoordinatorDown"]["expr"])
         self.assertIn("> 0.95", alerts["TesseraKVCacheNearlyFull"]["expr"])
         self.assertEqual(alerts["TesseraKVCacheNearlyFull"]["for"], "10m")
         self.assertIn(f'service="{RELEASE}-tessera-coordinator"', alerts["TesseraHighErrorRatio"]["expr"])

@@ -57,6 +57,8 @@ int ServeMain(int argc, char** argv) {
   flags.String("host", &host, "Address the API binds to.");
   flags.Int("port", &port, "Public gRPC port.");
   flags.Int("cluster-port", &cluster_port, "Worker registration port (0: port + 1).");
+  int64_t store_port = 0;
+  flags.Int("store-port", &store_port, "Rendezvous store port for tp > 1 groups (0: any free port).");
   flags.Int("threads", &threads, "CPU threads per worker (0: cores / workers, at least 1).");
   flags.Int("kv-memory-mb", &kv_memory_mb, "KV-cache budget per worker in MiB (0: a share of free memory).");
   flags.Int("max-num-seqs", &max_num_seqs, "Running sequences per replica at most.");
@@ -93,7 +95,7 @@ int ServeMain(int argc, char** argv) {
   std::vector<pid_t> children;
   children.push_back(Spawn({(dir / "tessera-coordinator").string(), "--model", model, "--host", host,
                             "--port", absl::StrCat(port), "--cluster-port", absl::StrCat(cluster_port),
-                            "--tp", absl::StrCat(tp), "--replicas", absl::StrCat(replicas),
+                            "--store-port", absl::StrCat(store_port), "--tp", absl::StrCat(tp), "--replicas", absl::StrCat(replicas),
                             "--kv-memory-mb", absl::StrCat(kv_memory_mb), "--max-num-seqs",
                             absl::StrCat(max_num_seqs), "--block-size", absl::StrCat(block_size),
                             "--max-num-batched-tokens", absl::StrCat(max_num_batched_tokens),

@@ -10,6 +10,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/time.h"
+#include "common/rendezvous/kv_store_client.h"
 #include "gloo/allgather.h"
 #include "gloo/allreduce.h"
 #include "gloo/barrier.h"
@@ -20,7 +21,6 @@
 #include "gloo/rendezvous/prefix_store.h"
 #include "gloo/transport/tcp/device.h"
 #include "worker/comm/gloo_kv_store.h"
-#include "worker/comm/kv_store_client.h"
 
 namespace tessera {
 namespace {

@@ -5,8 +5,8 @@
 #include <string>
 #include <vector>
 
+#include "common/rendezvous/kv_store_client.h"
 #include "gloo/rendezvous/store.h"
-#include "worker/comm/kv_store_client.h"
 
 namespace tessera {
 

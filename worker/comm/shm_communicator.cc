@@ -17,7 +17,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
-#include "worker/comm/kv_store_client.h"
+#include "common/rendezvous/kv_store_client.h"
 
 namespace tessera {
 

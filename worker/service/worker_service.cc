@@ -11,7 +11,7 @@
 #include "worker/comm/gloo_communicator.h"
 #include "worker/comm/shm_communicator.h"
 #if defined(TESSERA_HAVE_NCCL)
-#include "worker/comm/kv_store_client.h"
+#include "common/rendezvous/kv_store_client.h"
 #include "worker/comm/nccl_communicator.h"
 #endif
 

@@ -10,8 +10,8 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "common/rendezvous/kv_store_server.h"
 #include "gtest/gtest.h"
-#include "worker/comm/kv_store_server.h"
 
 namespace tessera {
 namespace {

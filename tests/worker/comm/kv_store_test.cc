@@ -3,9 +3,9 @@
 #include <vector>
 
 #include "absl/time/clock.h"
+#include "common/rendezvous/kv_store_client.h"
+#include "common/rendezvous/kv_store_server.h"
 #include "gtest/gtest.h"
-#include "worker/comm/kv_store_client.h"
-#include "worker/comm/kv_store_server.h"
 
 namespace tessera {
 namespace {

@@ -10,8 +10,8 @@
 #include <thread>
 #include <vector>
 
+#include "common/rendezvous/kv_store_server.h"
 #include "gtest/gtest.h"
-#include "worker/comm/kv_store_server.h"
 
 namespace tessera {
 namespace {

@@ -1,4 +1,4 @@
-#include "worker/comm/socket_util.h"
+#include "common/rendezvous/socket_util.h"
 
 #include <netdb.h>
 #include <netinet/in.h>

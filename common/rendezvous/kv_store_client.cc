@@ -1,10 +1,10 @@
-#include "worker/comm/kv_store_client.h"
+#include "common/rendezvous/kv_store_client.h"
 
 #include <utility>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
-#include "worker/comm/kv_store_protocol.h"
+#include "common/rendezvous/kv_store_protocol.h"
 
 namespace tessera {
 

@@ -1,5 +1,5 @@
-#ifndef TESSERA_WORKER_COMM_KV_STORE_PROTOCOL_H_
-#define TESSERA_WORKER_COMM_KV_STORE_PROTOCOL_H_
+#ifndef TESSERA_COMMON_RENDEZVOUS_KV_STORE_PROTOCOL_H_
+#define TESSERA_COMMON_RENDEZVOUS_KV_STORE_PROTOCOL_H_
 
 #include <cstdint>
 
@@ -20,4 +20,4 @@ inline constexpr uint64_t kKvMaxValueBytes = uint64_t{64} << 20;
 
 }  // namespace tessera::comm_internal
 
-#endif  // TESSERA_WORKER_COMM_KV_STORE_PROTOCOL_H_
+#endif  // TESSERA_COMMON_RENDEZVOUS_KV_STORE_PROTOCOL_H_

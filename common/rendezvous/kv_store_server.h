@@ -1,5 +1,5 @@
-#ifndef TESSERA_WORKER_COMM_KV_STORE_SERVER_H_
-#define TESSERA_WORKER_COMM_KV_STORE_SERVER_H_
+#ifndef TESSERA_COMMON_RENDEZVOUS_KV_STORE_SERVER_H_
+#define TESSERA_COMMON_RENDEZVOUS_KV_STORE_SERVER_H_
 
 #include <map>
 #include <memory>
@@ -11,7 +11,7 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "absl/synchronization/mutex.h"
-#include "worker/comm/socket_util.h"
+#include "common/rendezvous/socket_util.h"
 
 namespace tessera {
 
@@ -66,4 +66,4 @@ class KvStoreServer {
 
 }  // namespace tessera
 
-#endif  // TESSERA_WORKER_COMM_KV_STORE_SERVER_H_
+#endif  // TESSERA_COMMON_RENDEZVOUS_KV_STORE_SERVER_H_

@@ -1,4 +1,4 @@
-#include "worker/comm/kv_store_server.h"
+#include "common/rendezvous/kv_store_server.h"
 
 #include <sys/socket.h>
 
@@ -9,7 +9,7 @@
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
-#include "worker/comm/kv_store_protocol.h"
+#include "common/rendezvous/kv_store_protocol.h"
 
 namespace tessera {
 

@@ -1,5 +1,5 @@
-#ifndef TESSERA_WORKER_COMM_SOCKET_UTIL_H_
-#define TESSERA_WORKER_COMM_SOCKET_UTIL_H_
+#ifndef TESSERA_COMMON_RENDEZVOUS_SOCKET_UTIL_H_
+#define TESSERA_COMMON_RENDEZVOUS_SOCKET_UTIL_H_
 
 #include <cstddef>
 #include <cstdint>
@@ -65,4 +65,4 @@ absl::Status ReadBytes64(int fd, std::string* s, uint64_t max_len, absl::Time de
 
 }  // namespace tessera::comm_internal
 
-#endif  // TESSERA_WORKER_COMM_SOCKET_UTIL_H_
+#endif  // TESSERA_COMMON_RENDEZVOUS_SOCKET_UTIL_H_

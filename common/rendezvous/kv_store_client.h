@@ -1,5 +1,5 @@
-#ifndef TESSERA_WORKER_COMM_KV_STORE_CLIENT_H_
-#define TESSERA_WORKER_COMM_KV_STORE_CLIENT_H_
+#ifndef TESSERA_COMMON_RENDEZVOUS_KV_STORE_CLIENT_H_
+#define TESSERA_COMMON_RENDEZVOUS_KV_STORE_CLIENT_H_
 
 #include <memory>
 #include <string>
@@ -11,7 +11,7 @@
 #include "absl/strings/string_view.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
-#include "worker/comm/socket_util.h"
+#include "common/rendezvous/socket_util.h"
 
 namespace tessera {
 
@@ -48,4 +48,4 @@ class KvStoreClient {
 
 }  // namespace tessera
 
-#endif  // TESSERA_WORKER_COMM_KV_STORE_CLIENT_H_
+#endif  // TESSERA_COMMON_RENDEZVOUS_KV_STORE_CLIENT_H_

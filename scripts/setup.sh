@@ -6,7 +6,7 @@ set -euo pipefail
 PACKAGES=(
   build-essential cmake ninja-build ccache pkg-config git
   libgrpc++-dev libgrpc-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler
-  libabsl-dev prometheus-cpp-dev nlohmann-json3-dev libgloo-dev libpcre2-dev
+  libabsl-dev prometheus-cpp-dev nlohmann-json3-dev libgloo-dev libpcre2-dev libutf8proc-dev
   libgtest-dev libgmock-dev libbenchmark-dev
   prometheus yamllint python3-grpcio python3-protobuf
   python3-pip

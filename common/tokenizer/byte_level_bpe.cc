@@ -70,9 +70,11 @@ uint64_t NextCacheOwner() {
 }  // namespace
 
 ByteLevelBpeTokenizer::ByteLevelBpeTokenizer(BpeModel model, AddedTokens added,
+                                             UnicodeNormalizer normalizer,
                                              ByteLevelPreTokenizer pre_tokenizer)
     : model_(std::move(model)),
       added_(std::move(added)),
+      normalizer_(std::move(normalizer)),
       pre_tokenizer_(std::move(pre_tokenizer)),
       cache_owner_(NextCacheOwner()) {}
 
@@ -84,11 +86,8 @@ absl::StatusOr<std::unique_ptr<ByteLevelBpeTokenizer>> ByteLevelBpeTokenizer::Cr
     auto it = tokenizer.find(key);
     return it == tokenizer.end() ? null_json : *it;
   };
-  if (const Json& normalizer = field("normalizer"); !normalizer.is_null()) {
-    return absl::UnimplementedError(absl::StrCat(
-        tokenizer_source, ": field \"normalizer\" = ", normalizer.dump(),
-        " is not supported in a byte-level tokenizer (only null)"));
-  }
+  ASSIGN_OR_RETURN(UnicodeNormalizer normalizer,
+                   UnicodeNormalizer::FromJson(field("normalizer"), tokenizer_source));
   ASSIGN_OR_RETURN(ByteLevelPreTokenizer pre_tokenizer,
                    ByteLevelPreTokenizer::FromJson(field("pre_tokenizer"), tokenizer_source));
   RETURN_IF_ERROR(CheckDecoder(field("decoder"), tokenizer_source));
@@ -100,7 +99,8 @@ absl::StatusOr<std::unique_ptr<ByteLevelBpeTokenizer>> ByteLevelBpeTokenizer::Cr
   }
   ASSIGN_OR_RETURN(AddedTokens added, AddedTokens::FromJson(field("added_tokens"), tokenizer_source));
   std::unique_ptr<ByteLevelBpeTokenizer> t(
-      new ByteLevelBpeTokenizer(std::move(model), std::move(added), std::move(pre_tokenizer)));
+      new ByteLevelBpeTokenizer(std::move(model), std::move(added), std::move(normalizer),
+                                std::move(pre_tokenizer)));
 
   const ByteLevelAlphabet& alphabet = ByteLevelAlphabet::Get();
   for (int b = 0; b < 256; ++b) t->byte_ids_[b] = t->model_.IdForPiece(alphabet.CharForByte(b));
@@ -192,22 +192,31 @@ std::vector<int32_t> ByteLevelBpeTokenizer::Encode(absl::string_view text,
       ids.push_back(segment.id);
       continue;
     }
-    const size_t before = ids.size();
-    absl::Status status = pre_tokenizer_.Split(
-        segment.text, [&](absl::string_view pre_token) { EncodePreToken(pre_token, &ids); });
-    if (!status.ok()) {
-      // Only a regex engine failure gets here; the segment as one word still encodes to
-      // ids that decode to the same text.
-      Log(LogLevel::kError, "tokenizer", "pre-tokenizer failed; encoding the text unsplit",
-          {{"error", std::string(status.message())}});
-      ids.resize(before);
-      EncodeUncached(segment.text, &ids);
+    if (normalizer_.empty()) {
+      EncodeSegment(segment.text, &ids);
+    } else {
+      EncodeSegment(normalizer_.Apply(segment.text), &ids);
     }
   }
   if (options.add_special_tokens) {
     ids.insert(ids.end(), specials_.suffix_ids.begin(), specials_.suffix_ids.end());
   }
   return ids;
+}
+
+void ByteLevelBpeTokenizer::EncodeSegment(absl::string_view segment,
+                                          std::vector<int32_t>* ids) const {
+  const size_t before = ids->size();
+  absl::Status status = pre_tokenizer_.Split(
+      segment, [&](absl::string_view pre_token) { EncodePreToken(pre_token, ids); });
+  if (!status.ok()) {
+    // Only a regex engine failure gets here; the segment as one word still encodes to
+    // ids that decode to the same text.
+    Log(LogLevel::kError, "tokenizer", "pre-tokenizer failed; encoding the text unsplit",
+        {{"error", std::string(status.message())}});
+    ids->resize(before);
+    EncodeUncached(segment, ids);
+  }
 }
 
 std::string ByteLevelBpeTokenizer::Decode(const std::vector<int32_t>& ids,

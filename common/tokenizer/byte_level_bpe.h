@@ -9,6 +9,7 @@
 
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
+#include "common/tokenizer/normalizer.h"
 #include "common/tokenizer/pre_tokenizer.h"
 #include "common/tokenizer/tokenizer.h"
 #include "common/tokenizer/tokenizer_added_tokens.h"
@@ -19,7 +20,7 @@
 namespace tessera {
 
 // Byte-level BPE as GPT-2, Llama 3 and Qwen2 use it: added tokens are cut out first, the
-// pre-tokenizer (regex Splits, ByteLevel) cuts the rest into pre-tokens, each pre-token's
+// rest is Unicode-normalized when the file says so (Qwen2: NFC), the pre-tokenizer (regex Splits, ByteLevel) cuts the rest into pre-tokens, each pre-token's
 // bytes are spelled in the GPT-2 alphabet and merged by the BPE model, and the ByteLevel
 // decoder maps the alphabet back to bytes.
 class ByteLevelBpeTokenizer final : public Tokenizer {
@@ -45,7 +46,10 @@ class ByteLevelBpeTokenizer final : public Tokenizer {
   int32_t IdForPiece(absl::string_view piece) const override;
 
  private:
-  ByteLevelBpeTokenizer(BpeModel model, AddedTokens added, ByteLevelPreTokenizer pre_tokenizer);
+  ByteLevelBpeTokenizer(BpeModel model, AddedTokens added, UnicodeNormalizer normalizer,
+                        ByteLevelPreTokenizer pre_tokenizer);
+  // Pre-tokenizes and encodes one run of text between added tokens.
+  void EncodeSegment(absl::string_view segment, std::vector<int32_t>* ids) const;
 
   // Appends the ids of one pre-token (raw bytes).
   void EncodePreToken(absl::string_view pre_token, std::vector<int32_t>* ids) const;
@@ -53,6 +57,7 @@ class ByteLevelBpeTokenizer final : public Tokenizer {
 
   BpeModel model_;
   AddedTokens added_;
+  UnicodeNormalizer normalizer_;
   ByteLevelPreTokenizer pre_tokenizer_;
   SpecialTokenPlan specials_;
   int32_t vocab_size_ = 0;

@@ -245,6 +245,20 @@ TEST(ByteLevelTokenizerTest, RoundTripsBytesAndStreamsWholeCharacters) {
   EXPECT_EQ(cut.Finish(), "\xEF\xBF\xBD\xEF\xBF\xBD");
 }
 
+TEST(ByteLevelTokenizerTest, NfcNormalizerComposesBeforeSplitting) {
+  Json j = TinyByteLevel(WordsVocab(), true);
+  j["normalizer"] = {{"type", "Sequence"}, {"normalizers", Json::array({{{"type", "NFC"}}})}};
+  auto t = Load("bl_nfc", j);
+  ASSERT_NE(t, nullptr);
+  const std::string composed = "caf\xC3\xA9";     // "café", U+00E9
+  const std::string decomposed = "cafe\xCC\x81";  // "cafe" + U+0301
+  EXPECT_EQ(t->Encode(decomposed, false), t->Encode(composed, false));
+  EXPECT_EQ(t->Decode(t->Encode(decomposed, false), false), composed);
+  // Added tokens are matched before normalizing; invalid UTF-8 passes through.
+  EXPECT_THAT(t->Encode("<|end|>", false), ElementsAre(1001));
+  EXPECT_EQ(t->Decode(t->Encode("a\xFF", false), false), "a\xFF");
+}
+
 struct Malformed {
   const char* name;
   Json json;
@@ -303,7 +317,8 @@ INSTANTIATE_TEST_SUITE_P(
                                           {"behavior", "Isolated"}}})),
                   "after ByteLevel"},
         Malformed{"decoder", WithField(Base(), {"decoder"}, {{"type", "Metaspace"}}), "field \"decoder\""},
-        Malformed{"normalizer", WithField(Base(), {"normalizer"}, {{"type", "NFC"}}), "field \"normalizer\""},
+        Malformed{"normalizer", WithField(Base(), {"normalizer"}, {{"type", "Lowercase"}}),
+                  "field \"normalizer\""},
         Malformed{"merge_unknown_piece",
                   WithField(Base(), {"model", "merges"}, Json::array({Json::array({"zz", "q"})})),
                   "model.merges"},

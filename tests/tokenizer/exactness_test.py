@@ -19,12 +19,13 @@ import pathlib
 import subprocess
 import sys
 import tempfile
+import unicodedata
 import unittest
 
 try:  # Fail loudly: a skip would hide a broken setup (requirements-dev.txt).
     import tiktoken  # noqa: F401  (llama_models builds on it)
     from llama_models.llama3 import tokenizer as llama3_tokenizer
-    from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers, processors, trainers
+    from tokenizers import Regex, Tokenizer, decoders, models, normalizers, pre_tokenizers, processors, trainers
 except ImportError as e:
     sys.exit(f"exactness_test: missing Python dependency ({e}); run scripts/setup.sh")
 
@@ -84,10 +85,11 @@ class ExactnessTest(unittest.TestCase):
         report = "\n".join(f"line {i}: {t!r}\n  reference: {e}\n  tessera:   {g}" for i, t, e, g in mismatches[:10])
         self.assertEqual(mismatches, [], f"{name}: {len(mismatches)} of {len(texts)} lines differ:\n{report}")
 
-    def assert_round_trip(self, name, texts, got):
-        bad = [(i, t, g["decoded"]) for i, (t, g) in enumerate(zip(texts, got)) if g["decoded"] != t]
+    def assert_round_trip(self, name, texts, got, normalize=lambda t: t):
+        bad = [(i, t, g["decoded"]) for i, (t, g) in enumerate(zip(texts, got)) if g["decoded"] != normalize(t)]
         self.assertEqual(bad[:5], [], f"{name}: decode(encode(x)) != x on {len(bad)} lines")
-        bad = [(i, t, g["deltas"]) for i, (t, g) in enumerate(zip(texts, got)) if "".join(g["deltas"]) != t]
+        bad = [(i, t, g["deltas"]) for i, (t, g) in enumerate(zip(texts, got))
+               if "".join(g["deltas"]) != normalize(t)]
         self.assertEqual(bad[:5], [], f"{name}: streamed deltas do not concatenate to x on {len(bad)} lines")
         for i, g in enumerate(got):
             for delta in g["deltas"]:
@@ -130,6 +132,7 @@ class ExactnessTest(unittest.TestCase):
         run([sys.executable, str(SOURCE / "scripts/tokenizer_corpus.py"), "--out", str(training),
              "--lines", "4000", "--seed", "7"])
         tok = Tokenizer(models.BPE())
+        tok.normalizer = normalizers.NFC()  # As Qwen2's own tokenizer.json.
         tok.pre_tokenizer = pre_tokenizers.Sequence([
             pre_tokenizers.Split(Regex(QWEN2_PATTERN), behavior="isolated", invert=False),
             pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False),
@@ -157,26 +160,33 @@ class ExactnessTest(unittest.TestCase):
             got = self.tessera_encode(model_dir, *flags)
             self.assert_same_ids(f"qwen2-style vs HF (plain specials: {plain})", self.corpus, expected, got)
             if plain:
-                self.assert_round_trip("qwen2-style", self.corpus, got)
+                nfc = lambda t: unicodedata.normalize("NFC", t)
+                self.assert_round_trip("qwen2-style (NFC)", self.corpus, got, normalize=nfc)
             else:
                 specials = {hf.token_to_id(s) for s in QWEN2_SPECIALS}
                 self.assertTrue(any(specials & set(g["ids"]) for g in got))
 
-    def test_synthetic_llama3_tokenizer_matches_hugging_face(self):
+    def check_synthetic(self, flavor, regular, total):
         self.assertTrue(WRITER and os.path.exists(WRITER),
                         f"TESSERA_SYNTHETIC_TOKENIZER_WRITER={WRITER!r} is not the write_synthetic_tokenizer binary")
-        out = self.tmp_path / "synthetic"
-        run([WRITER, "--flavor", "llama3", "--out", str(out)])
+        out = self.tmp_path / f"synthetic_{flavor}"
+        run([WRITER, "--flavor", flavor, "--num-regular-tokens", str(regular), "--out", str(out)])
         hf = Tokenizer.from_file(str(out / "tokenizer.json"))
-        self.assertEqual(hf.get_vocab_size(), 128256)
+        self.assertEqual(hf.get_vocab_size(), total)
         texts = self.corpus[:400]
         subset = self.tmp_path / "subset.jsonl"
         subset.write_text("".join(json.dumps(t) + "\n" for t in texts))
         expected = [hf.encode(t, add_special_tokens=True).ids for t in texts]
-        got = self.tessera_encode(out, "--add-special-tokens", "--stream", corpus_path=subset)
-        self.assert_same_ids("synthetic llama3 vs HF", texts, expected, got)
+        got = self.tessera_encode(out, "--add-special-tokens", corpus_path=subset)
+        self.assert_same_ids(f"synthetic {flavor} vs HF", texts, expected, got)
         # Common words are single tokens, so generated models see word-sized ids.
         self.assertEqual(len(hf.encode(" the", add_special_tokens=False).ids), 1)
+
+    def test_synthetic_llama3_tokenizer_matches_hugging_face(self):
+        self.check_synthetic("llama3", 128000, 128256)
+
+    def test_synthetic_qwen2_tokenizer_matches_hugging_face(self):
+        self.check_synthetic("qwen2", 151643, 151665)
 
 
 if __name__ == "__main__":

@@ -297,6 +297,7 @@ absl::StatusOr<ByteLevelTokenizerFiles> SyntheticByteLevelTokenizer(ByteLevelFla
     files.eos_token_ids = {special_id("<|im_end|>"), special_id("<|endoftext|>")};
     tokenizer["pre_tokenizer"] = SplitPreTokenizer(kQwen2Pattern, /*trim_offsets=*/false);
     tokenizer["post_processor"] = byte_level_processor;
+    tokenizer["normalizer"] = Json{{"type", "NFC"}};  // As Qwen2.5's own file.
     config["bos_token"] = nullptr;
     config["eos_token"] = "<|im_end|>";
     config["pad_token"] = "<|endoftext|>";

@@ -135,10 +135,11 @@ absl::StatusOr<ModelWeights> LoadModelWeights(const Checkpoint& checkpoint,
                                              {p + "self_attn.v_proj.weight", {nkv * hd, h}, kv_rows, all_h}}));
     if (c.qkv_bias) {
       // Sliced exactly like the weight rows they belong to (replicated KV heads included).
+      const Range one{0, 1};
       ASSIGN_OR_RETURN(layer.qkv_bias,
-                       load.FusedVector({{p + "self_attn.q_proj.bias", {nq * hd}, {0, 1}, q_rows},
-                                         {p + "self_attn.k_proj.bias", {nkv * hd}, {0, 1}, kv_rows},
-                                         {p + "self_attn.v_proj.bias", {nkv * hd}, {0, 1}, kv_rows}}));
+                       load.FusedVector({{p + "self_attn.q_proj.bias", {nq * hd}, one, q_rows},
+                                         {p + "self_attn.k_proj.bias", {nkv * hd}, one, kv_rows},
+                                         {p + "self_attn.v_proj.bias", {nkv * hd}, one, kv_rows}}));
     }
     ASSIGN_OR_RETURN(layer.o, load.Matrix({{p + "self_attn.o_proj.weight", {h, nq * hd}, all_h, q_rows}}));
     if (c.o_bias) {

@@ -164,8 +164,8 @@ TEST(ModelConfigTest, LlamaAttentionBiasCoversQkvAndO) {
 }
 
 TEST(ModelConfigTest, RopeScalingRoundTripsWithLegacyTypeKey) {
-  const ModelConfig c = Parse(
-      R"("rope_scaling": {"type": "yarn", "factor": 4.0, "original_max_position_embeddings": 32768})");
+  const ModelConfig c = Parse(R"("rope_scaling": {"type": "yarn", "factor": 4.0,
+                                                   "original_max_position_embeddings": 32768})");
   EXPECT_EQ(c.rope_scaling.type, RopeScaling::Type::kYarn);
   EXPECT_EQ(c.rope_scaling.original_max_position_embeddings, 32768);
   auto back = ModelConfig::FromJson(c.ToJson(), "round trip");

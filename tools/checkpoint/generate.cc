@@ -425,7 +425,8 @@ absl::Status GenerateRandomCheckpoint(const ModelConfig& config, const GenerateO
   }
   RETURN_IF_ERROR(WriteStringToFile(options.out_dir / "config.json", c.ToJson()));
   if (tokenizer.has_value()) {
-    RETURN_IF_ERROR(WriteStringToFile(options.out_dir / "tokenizer.json", tokenizer->tokenizer_json));
+    RETURN_IF_ERROR(
+        WriteStringToFile(options.out_dir / "tokenizer.json", tokenizer->tokenizer_json));
     RETURN_IF_ERROR(WriteStringToFile(options.out_dir / "tokenizer_config.json",
                                       tokenizer->tokenizer_config_json));
     RETURN_IF_ERROR(WriteStringToFile(options.out_dir / "generation_config.json",

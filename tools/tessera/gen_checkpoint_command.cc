@@ -77,7 +77,8 @@ absl::Status Run(int argc, char** argv) {
     if (absl::Status s = Override(flag, value, field); !s.ok()) return s;
   }
   if (!rope_scaling.empty()) {
-    const nlohmann::json j = nlohmann::json::parse(rope_scaling, nullptr, /*allow_exceptions=*/false);
+    const nlohmann::json j =
+        nlohmann::json::parse(rope_scaling, nullptr, /*allow_exceptions=*/false);
     if (j.is_discarded()) {
       return absl::InvalidArgumentError("--rope-scaling is not valid JSON: " + rope_scaling);
     }

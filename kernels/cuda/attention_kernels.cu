@@ -57,11 +57,11 @@ __global__ void __launch_bounds__(kSplitThreads)
   const int q_begin = a.query_start[seq];
   const int num_new = a.query_start[seq + 1] - q_begin;
   const int position = paged::TokenPosition(a.context_lens[seq], num_new, token - q_begin);
-  const int kv_len = position + 1;
   const int kv_head = paged::KvHeadOf(head, a.num_q_heads, a.num_kv_heads);
   // Partitions wholly before the window find no keys and report an empty softmax.
-  const int begin = max(part * partition_size, paged::FirstVisibleKey(position, a.window));
-  const int end = min(kv_len, begin + partition_size);
+  int begin = 0;
+  int end = 0;
+  paged::PartitionKeys(part, partition_size, position, a.window, &begin, &end);
   const int group = threadIdx.x / L::kGroup;
   const int d0 = (threadIdx.x % L::kGroup) * L::kPerThread;
   const int32_t* table = a.block_tables + static_cast<int64_t>(seq) * a.max_blocks_per_seq;
@@ -213,10 +213,9 @@ __global__ void __launch_bounds__(kPrefillThreads) AttentionPrefillKernel(Attent
   const int kv_head = paged::KvHeadOf(head, a.num_q_heads, a.num_kv_heads);
   const int32_t* table = a.block_tables + static_cast<int64_t>(seq) * a.max_blocks_per_seq;
   const int kv_end = paged::TokenPosition(context_len, num_new, first + rows - 1) + 1;
-  // The tile's first row sees the earliest key; whole key tiles before it are skipped.
-  const int kv_begin =
-      paged::FirstVisibleKey(paged::TokenPosition(context_len, num_new, first), a.window) /
-      kPrefillKeys * kPrefillKeys;
+  // Whole key tiles before the earliest key the tile's rows see are skipped.
+  const int kv_begin = paged::FirstKeyTile(paged::TokenPosition(context_len, num_new, first),
+                                           a.window, kPrefillKeys);
 
   for (int e = threadIdx.x; e < kPrefillRows * D; e += kPrefillThreads) {
     const int r = e / D;

@@ -39,6 +39,25 @@ TESSERA_HOST_DEVICE int FirstVisibleKey(int position, int window) {
   return window > 0 && position - window + 1 > 0 ? position - window + 1 : 0;
 }
 
+// The keys [*begin, *end) that split-K partition `part` (keys [part * size, (part + 1) *
+// size)) scores for a query at `position`: that range cut to the visible keys. Empty
+// (*begin >= *end) when the partition lies wholly before the window or after the query.
+TESSERA_HOST_DEVICE void PartitionKeys(int part, int partition_size, int position, int window,
+                                       int* begin, int* end) {
+  const int first = FirstVisibleKey(position, window);
+  const int lo = part * partition_size;
+  const int hi = lo + partition_size;
+  *begin = lo > first ? lo : first;
+  *end = hi < position + 1 ? hi : position + 1;
+}
+
+// Where a prefill tile whose first query sits at `first_position` starts walking keys, in
+// tiles of `tile` keys: the tile holding the earliest key any of its queries sees (later
+// queries see later keys only).
+TESSERA_HOST_DEVICE int FirstKeyTile(int first_position, int window, int tile) {
+  return FirstVisibleKey(first_position, window) / tile * tile;
+}
+
 // Grouped-query attention: query head h reads KV head h / (num_q_heads / num_kv_heads).
 TESSERA_HOST_DEVICE int KvHeadOf(int q_head, int num_q_heads, int num_kv_heads) {
   return q_head / (num_q_heads / num_kv_heads);

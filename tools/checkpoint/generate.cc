@@ -153,7 +153,12 @@ std::optional<ByteLevelChoice> ByteLevelFor(const ModelConfig& c) {
 // The real models' generation_config.json: Llama 3.1 instruct and Qwen2.5 instruct.
 std::string GenerationConfigJson(const ModelConfig& c, ByteLevelFlavor flavor) {
   nlohmann::json j;
-  if (c.bos_token_id >= 0) j["bos_token_id"] = c.bos_token_id;
+  // Qwen2.5's file names <|endoftext|> as bos although its tokenizer adds none.
+  if (c.bos_token_id >= 0) {
+    j["bos_token_id"] = c.bos_token_id;
+  } else if (flavor == ByteLevelFlavor::kQwen2) {
+    j["bos_token_id"] = 151643;
+  }
   j["eos_token_id"] = c.eos_token_ids;
   j["do_sample"] = true;
   if (flavor == ByteLevelFlavor::kLlama3) {

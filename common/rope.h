@@ -44,6 +44,10 @@ struct RopeFrequencies {
 // and rounded once to float32; the angle pos * inv_freq[i] is then formed in float32 by
 // every backend, as transformers does.
 //
+// "yarn" uses `factor` as given everywhere (as current transformers does; some 4.4x
+// releases replaced it by max_position_embeddings / original_max_position_embeddings,
+// which turns Qwen2.5's published yarn config into no scaling at all).
+//
 // "dynamic" (NTK) is applied statically, as vLLM does: the base is rescaled once for a
 // context of max_position_embeddings * factor. transformers instead recomputes the base
 // from the current sequence length at every forward call, which would change the rotation

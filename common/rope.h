@@ -44,7 +44,7 @@ struct RopeFrequencies {
 // and rounded once to float32; the angle pos * inv_freq[i] is then formed in float32 by
 // every backend, as transformers does.
 //
-// "yarn" uses `factor` as given everywhere (as current transformers does; some 4.4x
+// "yarn" uses `factor` as given everywhere (as current transformers does; some earlier
 // releases replaced it by max_position_embeddings / original_max_position_embeddings,
 // which turns Qwen2.5's published yarn config into no scaling at all).
 //

@@ -90,6 +90,14 @@ int main(int argc, char** argv) {
   flags.Int("max-undelivered-tokens", &max_undelivered_tokens,
             "Tokens a stream may have waiting for a client that does not read; past that the request is "
             "cancelled (RESOURCE_EXHAUSTED) and its KV blocks freed.");
+  int64_t max_queued_requests = 0, max_queued_tokens = 0, priority_aging = 0;
+  flags.Int("max-queued-requests", &max_queued_requests,
+            "Requests waiting per replica at most; beyond that RESOURCE_EXHAUSTED at once (0: no bound).");
+  flags.Int("max-queued-tokens", &max_queued_tokens,
+            "Prompt tokens waiting per replica at most; beyond that RESOURCE_EXHAUSTED at once (0: no bound).");
+  flags.Int("priority-aging", &priority_aging,
+            "--policy=priority: later arrivals one priority level is worth, so a low priority waits behind at most "
+            "this many per level (0: strict priority, which can starve low priorities).");
   int64_t drain_timeout_seconds = 30;
   flags.Int("drain-timeout-seconds", &drain_timeout_seconds,
             "On SIGTERM: refuse new requests and let running ones finish for at most this long, then exit.");
@@ -134,6 +142,13 @@ int main(int argc, char** argv) {
   eo.policy = policy == "priority" ? tessera::sched::SchedulingPolicy::kPriority
                                    : tessera::sched::SchedulingPolicy::kFcfs;
   eo.enable_prefix_caching = !no_prefix_caching;
+  if (max_queued_requests < 0 || max_queued_tokens < 0 || priority_aging < 0) {
+    return Fail(absl::StrCat("--max-queued-requests, --max-queued-tokens and --priority-aging must be >= 0, got ",
+                             max_queued_requests, ", ", max_queued_tokens, " and ", priority_aging));
+  }
+  eo.max_queued_requests = static_cast<int>(max_queued_requests);
+  eo.max_queued_tokens = max_queued_tokens;
+  eo.priority_aging_arrivals = static_cast<int>(priority_aging);
   eo.router_load_weight = load_weight;
   eo.eos_token_ids = defaults.StopTokenIds(*config);
   tessera::EngineMetrics metrics({std::filesystem::path(model).filename().string(),

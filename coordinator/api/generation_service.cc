@@ -59,6 +59,21 @@ std::optional<grpc::Status> CallEnded(grpc::ServerContext& context) {
   return std::nullopt;
 }
 
+// A request the engine ended early: by its deadline (DEADLINE_EXCEEDED) or a cancel.
+grpc::Status CancelledStatus(const RequestEvent& e) {
+  if (!e.error.ok() && !absl::IsCancelled(e.error)) return ToGrpcStatus(e.error);
+  return grpc::Status(grpc::StatusCode::CANCELLED, "request cancelled");
+}
+
+std::chrono::steady_clock::time_point SteadyDeadline(const grpc::ServerContext& context) {
+  const auto deadline = context.deadline();
+  const auto now = std::chrono::system_clock::now();
+  // gRPC's "no deadline" is far in the future; keep it as "none" instead of overflowing.
+  if (deadline - now > std::chrono::hours(24 * 365)) return std::chrono::steady_clock::time_point::max();
+  return std::chrono::steady_clock::now() +
+         std::chrono::duration_cast<std::chrono::steady_clock::duration>(deadline - now);
+}
+
 }  // namespace
 
 GenerationServiceImpl::StreamSlot::StreamSlot(GenerationServiceImpl* service) : service_(service) {
@@ -79,6 +94,7 @@ GenerationServiceImpl::GenerationServiceImpl(Engine* engine, const Tokenizer* to
     : engine_(engine), tokenizer_(tokenizer), limits_(limits), model_(std::move(model)) {}
 
 absl::StatusOr<uint64_t> GenerationServiceImpl::Start(const v1::GenerateRequest& request,
+                                                      std::chrono::steady_clock::time_point deadline,
                                                       std::string* request_id,
                                                       std::vector<int32_t>* prompt,
                                                       std::shared_ptr<RequestStream>* stream) {
@@ -98,6 +114,7 @@ absl::StatusOr<uint64_t> GenerationServiceImpl::Start(const v1::GenerateRequest&
   er.sampling = valid->sampling;
   er.stop_strings = std::move(valid->stop_strings);
   er.stream = *stream;
+  er.deadline = deadline;
   auto seq = engine_->Submit(std::move(er));
   if (!seq.ok()) {
     if (EngineMetrics* m = engine_->metrics(); m != nullptr) m->RequestRejected("unavailable");
@@ -113,7 +130,7 @@ grpc::Status GenerationServiceImpl::Generate(grpc::ServerContext* context,
   std::shared_ptr<RequestStream> stream;
   StreamSlot slot(this);
   if (!slot.ok()) return TooManyStreams();
-  auto seq = Start(*request, &id, &prompt, &stream);
+  auto seq = Start(*request, SteadyDeadline(*context), &id, &prompt, &stream);
   if (!seq.ok()) return ToGrpcStatus(seq.status());
   response->set_request_id(id);
   response->mutable_prompt_ids()->Add(prompt.begin(), prompt.end());
@@ -133,9 +150,7 @@ grpc::Status GenerationServiceImpl::Generate(grpc::ServerContext* context,
     AddLogprobs(*e, response->mutable_logprobs());
     if (!e->finished) continue;
     if (e->finish_reason == sched::FinishReason::kError) return ToGrpcStatus(e->error);
-    if (e->finish_reason == sched::FinishReason::kCancelled) {
-      return grpc::Status(grpc::StatusCode::CANCELLED, "request cancelled");
-    }
+    if (e->finish_reason == sched::FinishReason::kCancelled) return CancelledStatus(*e);
     SetSummary(*e, response);
     response->set_replica(e->replica);
     return grpc::Status::OK;
@@ -150,7 +165,7 @@ grpc::Status GenerationServiceImpl::GenerateStream(grpc::ServerContext* context,
   std::shared_ptr<RequestStream> stream;
   StreamSlot slot(this);
   if (!slot.ok()) return TooManyStreams();
-  auto seq = Start(*request, &id, &prompt, &stream);
+  auto seq = Start(*request, SteadyDeadline(*context), &id, &prompt, &stream);
   if (!seq.ok()) return ToGrpcStatus(seq.status());
   // A client that stops reading blocks Write on HTTP/2 flow control; when its undelivered
   // tokens pass the stream's bound the engine ends the request and wakes us through this.
@@ -167,9 +182,7 @@ grpc::Status GenerationServiceImpl::GenerateStream(grpc::ServerContext* context,
     }
     if (!e.has_value()) continue;
     if (e->finished && e->finish_reason == sched::FinishReason::kError) return ToGrpcStatus(e->error);
-    if (e->finished && e->finish_reason == sched::FinishReason::kCancelled) {
-      return grpc::Status(grpc::StatusCode::CANCELLED, "request cancelled");
-    }
+    if (e->finished && e->finish_reason == sched::FinishReason::kCancelled) return CancelledStatus(*e);
     v1::GenerateStreamResponse msg;
     msg.set_request_id(id);
     if (first) msg.mutable_prompt_ids()->Add(prompt.begin(), prompt.end());

@@ -96,6 +96,7 @@ void Engine::Loop() {
       batch.swap(inbox_);
     }
     for (Message& m : batch) std::visit([this](auto& msg) { Handle(msg); }, m);
+    ExpireDeadlines();
     for (auto& r : replicas_) {
       if (r == nullptr || !r->ready || r->in_flight) continue;
       if (r->scheduler->HasWork()) {
@@ -137,21 +138,48 @@ void Engine::Handle(NewRequest& m) {
     active_requests_.fetch_sub(1);
     return;
   }
-  sched::Router router(schedulers, {options_.router_load_weight});
-  const int pick = router.Route(live.request.prompt);
-  Replica& replica = *replicas_[indices[pick]];
-  sched::Request req;
-  req.seq_id = m.seq_id;
-  req.prompt_token_ids = live.request.prompt;
-  req.options = live.request.options;
-  req.options.sampling_handle = m.seq_id;
-  if (absl::Status s = replica.scheduler->AddRequest(std::move(req)); !s.ok()) {
-    if (options_.metrics != nullptr) options_.metrics->RequestRejected("unschedulable");
-    live.request.stream->Push(RequestEvent::Failure(s));
+  if (live.request.deadline <= Clock::now()) {
+    if (options_.metrics != nullptr) options_.metrics->RequestAborted("deadline_in_queue");
+    live.request.stream->Push(RequestEvent::Failure(
+        absl::DeadlineExceededError("the request's deadline passed before it was scheduled")));
     active_requests_.fetch_sub(1);
     return;
   }
-  live.replica = replica.index;
+  sched::Router router(schedulers, {options_.router_load_weight});
+  const int pick = router.Route(live.request.prompt);
+  // The router's pick first; when its queue is full, any other replica with room.
+  std::vector<int> order = {pick};
+  for (int i = 0; i < static_cast<int>(schedulers.size()); ++i) {
+    if (i != pick) order.push_back(i);
+  }
+  Replica* replica = nullptr;
+  absl::Status refused;
+  for (int i : order) {
+    sched::Request req;
+    req.seq_id = m.seq_id;
+    req.prompt_token_ids = live.request.prompt;
+    req.options = live.request.options;
+    req.options.sampling_handle = m.seq_id;
+    refused = replicas_[indices[i]]->scheduler->AddRequest(std::move(req));
+    if (refused.ok()) {
+      replica = replicas_[indices[i]].get();
+      break;
+    }
+    if (!absl::IsResourceExhausted(refused)) break;  // The request itself is at fault.
+  }
+  if (replica == nullptr) {
+    if (options_.metrics != nullptr) {
+      options_.metrics->RequestRejected(absl::IsResourceExhausted(refused) ? "queue_full" : "unschedulable");
+    }
+    live.request.stream->Push(RequestEvent::Failure(refused));
+    active_requests_.fetch_sub(1);
+    return;
+  }
+  live.replica = replica->index;
+  if (live.request.deadline != Clock::time_point::max()) {
+    live.deadline_entry = deadlines_.emplace(live.request.deadline, m.seq_id);
+    live.has_deadline = true;
+  }
   live.output = std::make_unique<OutputProcessor>(tokenizer_, live.request.prompt,
                                                   live.request.stop_strings);
   live.admitted = true;
@@ -180,6 +208,9 @@ void Engine::Handle(ReplicaAdded& m) {
   config.policy = options_.policy;
   config.enable_prefix_caching = options_.enable_prefix_caching;
   config.eos_token_ids = options_.eos_token_ids;
+  config.max_num_waiting = options_.max_queued_requests;
+  config.max_num_waiting_tokens = options_.max_queued_tokens;
+  config.priority_aging_arrivals = options_.priority_aging_arrivals;
   auto scheduler = sched::Scheduler::Create(config);
   if (!scheduler.ok()) {
     std::fprintf(stderr, "tessera-coordinator: replica %d: %s\n", index,
@@ -427,7 +458,28 @@ void Engine::Finish(uint64_t seq_id, sched::FinishReason reason, absl::Status er
   }
   live.request.stream->Push(std::move(e));
   if (live.admitted) active_requests_.fetch_sub(1);
+  if (live.has_deadline) deadlines_.erase(live.deadline_entry);
   live_.erase(it);
+}
+
+void Engine::ExpireDeadlines() {
+  const auto now = Clock::now();
+  while (!deadlines_.empty() && deadlines_.begin()->first <= now) {
+    const uint64_t seq_id = deadlines_.begin()->second;
+    auto it = live_.find(seq_id);
+    if (it == live_.end()) {  // Cannot happen: Finish erases the entry. Do not spin.
+      deadlines_.erase(deadlines_.begin());
+      continue;
+    }
+    Live& live = it->second;
+    const bool started = live.scheduled;
+    Replica* r = live.replica >= 0 ? replicas_[live.replica].get() : nullptr;
+    if (r != nullptr && r->scheduler != nullptr) r->scheduler->Abort(seq_id).IgnoreError();
+    if (options_.metrics != nullptr) options_.metrics->RequestAborted(started ? "deadline" : "deadline_in_queue");
+    Finish(seq_id, sched::FinishReason::kCancelled,
+           absl::DeadlineExceededError(started ? "the request's deadline passed while it ran"
+                                               : "the request's deadline passed before it was scheduled"));
+  }
 }
 
 void Engine::PublishSnapshot() {

@@ -5,6 +5,7 @@
 #include <chrono>
 #include <deque>
 #include <future>
+#include <map>
 #include <memory>
 #include <string>
 #include <thread>
@@ -35,6 +36,11 @@ struct EngineOptions {
   bool enable_prefix_caching = true;
   double router_load_weight = 1.0;
   std::vector<int32_t> eos_token_ids;
+  // Overload bounds per replica (0: none), see sched::SchedulerConfig: a request that no
+  // replica's queue has room for is refused at once with RESOURCE_EXHAUSTED.
+  int max_queued_requests = 0;
+  int64_t max_queued_tokens = 0;
+  int priority_aging_arrivals = 0;
   // Request metrics, readiness and the request log; not owned; null: none. With metrics
   // the engine runs a one-token warm-up generation on every replica it adds.
   EngineMetrics* metrics = nullptr;
@@ -48,6 +54,9 @@ struct EngineRequest {
   SamplingParams sampling;
   std::vector<std::string> stop_strings;
   std::shared_ptr<RequestStream> stream;
+  // The client's deadline: a request still queued then never starts, a running one stops
+  // within the step (DEADLINE_EXCEEDED either way).
+  std::chrono::steady_clock::time_point deadline = std::chrono::steady_clock::time_point::max();
 };
 
 struct ReplicaSnapshot {
@@ -116,6 +125,8 @@ class Engine {
     bool warmup = false;  // The engine's own warm-up request: no metrics, no log.
     int completion_tokens = 0;
     int cached_tokens = 0;
+    std::multimap<std::chrono::steady_clock::time_point, uint64_t>::iterator deadline_entry;
+    bool has_deadline = false;
   };
   struct StepDone {
     int replica;
@@ -162,6 +173,8 @@ class Engine {
   bool Deliver(Replica& r, uint64_t seq_id, RequestEvent event);
   void Finish(uint64_t seq_id, sched::FinishReason reason, absl::Status error);
   void PublishSnapshot();
+  // Ends every request whose deadline has passed; runs before each Schedule().
+  void ExpireDeadlines();
   void StartWarmup(Replica& r);
 
   const Tokenizer* tokenizer_;
@@ -178,6 +191,7 @@ class Engine {
   // Owned by the loop thread.
   std::vector<std::unique_ptr<Replica>> replicas_;
   std::unordered_map<uint64_t, Live> live_;
+  std::multimap<std::chrono::steady_clock::time_point, uint64_t> deadlines_;  // -> seq id.
   std::chrono::milliseconds heartbeat_{1000};
 
   mutable absl::Mutex snapshot_mu_;

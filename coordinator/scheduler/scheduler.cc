@@ -39,6 +39,11 @@ absl::StatusOr<std::unique_ptr<Scheduler>> Scheduler::Create(SchedulerConfig con
         absl::StrCat("max_num_batched_tokens (", config.max_num_batched_tokens,
                      ") must be at least max_num_seqs (", config.max_num_seqs, ")"));
   }
+  if (config.max_num_waiting < 0 || config.max_num_waiting_tokens < 0 || config.priority_aging_arrivals < 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "max_num_waiting (", config.max_num_waiting, "), max_num_waiting_tokens (", config.max_num_waiting_tokens,
+        ") and priority_aging_arrivals (", config.priority_aging_arrivals, ") must be >= 0"));
+  }
   if (config.long_prefill_token_threshold < 0 || config.max_model_len < 0) {
     return absl::InvalidArgumentError(
         absl::StrCat("long_prefill_token_threshold (", config.long_prefill_token_threshold,
@@ -91,6 +96,15 @@ absl::Status Scheduler::AddRequest(Request request) {
         " prompt + ", options.max_new_tokens, " new tokens); the replica has ",
         kv_.pool().num_usable_blocks()));
   }
+  if (config_.max_num_waiting > 0 && static_cast<int>(waiting_.size()) >= config_.max_num_waiting) {
+    return absl::ResourceExhaustedError(absl::StrCat("the replica's queue is full: ", waiting_.size(),
+                                                     " requests waiting, the limit is ", config_.max_num_waiting));
+  }
+  if (config_.max_num_waiting_tokens > 0 && num_queued_tokens_ + num_prompt > config_.max_num_waiting_tokens) {
+    return absl::ResourceExhaustedError(absl::StrCat(
+        "the replica's queue is full: ", num_queued_tokens_, " queued prompt tokens + ", num_prompt,
+        " would pass the limit of ", config_.max_num_waiting_tokens));
+  }
   auto seq = std::make_unique<Sequence>();
   seq->id = id;
   seq->options = std::move(request.options);
@@ -137,7 +151,11 @@ void Scheduler::PreemptForWaitingHead(StepPlan& plan) {
   Sequence* head = waiting_.front();
   const ComputedBlocks hits = kv_.GetComputedBlocks(head->token_ids);
   const int n = ChunkSize(head->num_tokens() - hits.num_tokens, config_.max_num_batched_tokens);
-  while (!running_.empty() && running_.back()->options.priority > head->options.priority &&
+  // With aging, rank by the aged key (a fixed total order, so still no ping-pong).
+  auto outranks = [this](const Sequence& a, const Sequence& b) {
+    return config_.priority_aging_arrivals > 0 ? AgedRank(a) < AgedRank(b) : a.options.priority < b.options.priority;
+  };
+  while (!running_.empty() && outranks(*head, *running_.back()) &&
          (static_cast<int>(running_.size()) >= config_.max_num_seqs ||
           !kv_.CanAllocate(head->id, hits.num_tokens, n, hits))) {
     Sequence* victim = running_.back();
@@ -182,6 +200,7 @@ void Scheduler::ScheduleWaiting(int& budget) {
     if (!kv_.AllocateSlots(seq->id, hits.num_tokens, n, hits)) break;
     waiting_.pop_front();
     num_queued_prompt_blocks_ -= kv_.NumBlocksFor(seq->num_tokens());
+    num_queued_tokens_ -= seq->num_tokens();
     seq->num_computed_tokens = hits.num_tokens;
     if (seq->num_cached_tokens < 0) seq->num_cached_tokens = hits.num_tokens;
     if (config_.enable_prefix_caching) {
@@ -343,6 +362,7 @@ absl::Status Scheduler::Finish(SeqId seq_id, FinishReason reason) {
   if (seq->status == SequenceStatus::kWaiting) {
     waiting_.erase(std::find(waiting_.begin(), waiting_.end(), seq));
     num_queued_prompt_blocks_ -= kv_.NumBlocksFor(seq->num_tokens());
+    num_queued_tokens_ -= seq->num_tokens();
   } else {
     running_.erase(std::find(running_.begin(), running_.end(), seq));
   }
@@ -397,6 +417,9 @@ void Scheduler::Preempt(Sequence* seq, StepPlan& plan) {
 }
 
 bool Scheduler::RanksBefore(const Sequence& a, const Sequence& b) const {
+  if (config_.policy == SchedulingPolicy::kPriority && config_.priority_aging_arrivals > 0) {
+    return AgedRank(a) < AgedRank(b) || (AgedRank(a) == AgedRank(b) && a.arrival < b.arrival);
+  }
   if (config_.policy == SchedulingPolicy::kPriority &&
       a.options.priority != b.options.priority) {
     return a.options.priority < b.options.priority;
@@ -404,9 +427,14 @@ bool Scheduler::RanksBefore(const Sequence& a, const Sequence& b) const {
   return a.arrival < b.arrival;
 }
 
+int64_t Scheduler::AgedRank(const Sequence& s) const {
+  return int64_t{s.options.priority} * config_.priority_aging_arrivals + static_cast<int64_t>(s.arrival);
+}
+
 void Scheduler::PushWaiting(Sequence* seq, bool front) {
   seq->status = SequenceStatus::kWaiting;
   num_queued_prompt_blocks_ += kv_.NumBlocksFor(seq->num_tokens());
+  num_queued_tokens_ += seq->num_tokens();
   if (config_.policy == SchedulingPolicy::kPriority) {
     auto pos = std::upper_bound(
         waiting_.begin(), waiting_.end(), seq,

@@ -28,6 +28,16 @@ struct SchedulerConfig {
   bool enable_prefix_caching = true;
   std::vector<int32_t> eos_token_ids;
   BlockHashFn block_hash_fn = nullptr;  // Null: DefaultBlockHash.
+  // Admission bounds (0: none): AddRequest answers RESOURCE_EXHAUSTED at once, rather
+  // than queueing without end, when the waiting queue already holds this many sequences
+  // or the tokens it still has to prefill would pass this many.
+  int max_num_waiting = 0;
+  int64_t max_num_waiting_tokens = 0;
+  // Priority policy: how many later arrivals one priority level is worth (0: strict
+  // priority, which lets a steady stream of higher priorities starve the lower ones).
+  // Sequences rank by priority * this + arrival, a fixed key, so a sequence is passed
+  // by at most priority_aging_arrivals * (its priority - theirs) later arrivals.
+  int priority_aging_arrivals = 0;
 };
 
 struct SchedulerStats {
@@ -75,6 +85,7 @@ class Scheduler {
   // blocks the prompts in its waiting queue still need.
   int NumCachedPrefixBlocks(absl::Span<const int32_t> tokens) const;
   int num_queued_prompt_blocks() const { return num_queued_prompt_blocks_; }
+  int64_t num_queued_tokens() const { return num_queued_tokens_; }
 
   const Sequence* GetSequence(SeqId seq_id) const;
   const KVCacheManager& kv_cache_manager() const { return kv_; }
@@ -112,6 +123,7 @@ class Scheduler {
   void EraseFinished();
   std::optional<FinishReason> CheckStop(const Sequence& seq) const;
   bool RanksBefore(const Sequence& a, const Sequence& b) const;
+  int64_t AgedRank(const Sequence& s) const;  // See priority_aging_arrivals.
 
   const SchedulerConfig config_;
   KVCacheManager kv_;
@@ -125,6 +137,7 @@ class Scheduler {
   int64_t step_id_ = 0;
   uint64_t next_arrival_ = 0;
   int num_queued_prompt_blocks_ = 0;
+  int64_t num_queued_tokens_ = 0;  // Tokens of the waiting sequences.
   SchedulerStats counters_;
 };
 

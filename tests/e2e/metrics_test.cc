@@ -23,50 +23,13 @@
 #include "absl/strings/str_cat.h"
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
+#include "tests/e2e/http_get.h"
 #include "tests/e2e/serving_util.h"
 
 namespace tessera::testing {
 namespace {
 
 using Clock = std::chrono::steady_clock;
-
-struct HttpResponse {
-  int status = 0;  // 0: no answer.
-  std::string body;
-};
-
-// A plain HTTP/1.0 GET on 127.0.0.1; enough for /metrics, /healthz and Prometheus' API.
-HttpResponse HttpGet(int port, const std::string& target) {
-  HttpResponse out;
-  const int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-  if (fd < 0) return out;
-  timeval tv{5, 0};
-  ::setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_port = htons(static_cast<uint16_t>(port));
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  if (::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0) {
-    ::close(fd);
-    return out;
-  }
-  const std::string request = absl::StrCat("GET ", target, " HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n");
-  if (::send(fd, request.data(), request.size(), MSG_NOSIGNAL) != static_cast<ssize_t>(request.size())) {
-    ::close(fd);
-    return out;
-  }
-  std::string raw;
-  char buf[8192];
-  ssize_t n;
-  while ((n = ::recv(fd, buf, sizeof(buf), 0)) > 0) raw.append(buf, n);
-  ::close(fd);
-  const size_t space = raw.find(' ');
-  const size_t header_end = raw.find("\r\n\r\n");
-  if (raw.rfind("HTTP/", 0) != 0 || space == std::string::npos || header_end == std::string::npos) return out;
-  out.status = std::atoi(raw.c_str() + space + 1);
-  out.body = raw.substr(header_end + 4);
-  return out;
-}
 
 std::string UrlEncode(const std::string& s) {
   std::string out;

@@ -127,6 +127,21 @@ class ExactnessTest(unittest.TestCase):
         self.assertTrue(all(g["ids"][0] == 128000 for g in got))
         self.assertTrue(any(128009 in g["ids"] for g in got), "no <|eot_id|> text became the special token")
 
+    def test_tokenize_command_single_text(self):
+        text = "Hello world, it's <|eot_id|> 12345 🤖"
+        hf = Tokenizer.from_file(str(self.llama3_dir / "tokenizer.json"))
+        self.assertEqual(sorted(os.listdir(self.llama3_dir)), ["tokenizer.json", "tokenizer_config.json"])
+        for flags, bos in (([], []), (["--add-special-tokens"], [128000])):
+            out = json.loads(run([str(self.tessera), "tokenize", "--model", str(self.llama3_dir), "--text", text,
+                                  "--json", *flags]).stdout)
+            self.assertEqual(sorted(out), ["ids", "tokens"])
+            expected = bos + self.tiktoken.encode(text, allowed_special="all")
+            self.assertEqual(out["ids"], expected)
+            self.assertEqual(out["tokens"], [hf.id_to_token(i) for i in expected])
+        plain = run([str(self.tessera), "tokenize", "--model", str(self.llama3_dir), "--text", text,
+                     "--plain-special-tokens"]).stdout.split()
+        self.assertEqual([int(i) for i in plain], self.tiktoken.encode(text, disallowed_special=()))
+
     def train_qwen2_style(self):
         training = self.tmp_path / "training.jsonl"
         run([sys.executable, str(SOURCE / "scripts/tokenizer_corpus.py"), "--out", str(training),

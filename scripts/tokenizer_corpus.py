@@ -206,7 +206,12 @@ def corpus(seed, lines):
         for generate in GENERATORS:
             out.append(generate(rng))
     # A few fixed edge cases at the front.
-    return ["", " ", "\n", "\r\n", "a", "'s", "'S", "  \n", "\t", "🤖", "\u0085", "x\u0085 y"] + out[:lines]
+    fixed = ["", " ", "\n", "\r\n", "a", "'s", "'S", "  \n", "\t", "🤖", "\u0085", "x\u0085 y",
+             # Case folding (long s, Kelvin sign, dotted I), format and separator characters,
+             # C0 controls, a recently assigned script (Kawi, Unicode 15).
+             "he'ſ", "k\u212a'K", "\u0130'S", "ǅemal", "x'Ｓ", "a\u180eb", "x\u2029y", "\ufeffbom",
+             "tab\x0bvt\x0cff", "nul\x00x", "\U000E0001tag", "\U00011F04\U00011F05 kawi", "\U0001F6DC wifi"]
+    return fixed + out[:lines]
 
 
 def english(seed, size):

@@ -44,9 +44,10 @@ absl::Status CheckDecoder(const Json& decoder, absl::string_view source) {
 }
 
 // Pre-tokens repeat (" the", ","): a per-thread map from a pre-token's bytes to its ids
-// skips the byte mapping and the merges. Bounded by clearing when full.
+// skips the byte mapping and the merges. Bounded by clearing when full (16k entries, about
+// 1.5 MB a thread).
 constexpr size_t kMaxCachedPreTokenBytes = 32;
-constexpr size_t kMaxCacheEntries = 1 << 16;
+constexpr size_t kMaxCacheEntries = 1 << 14;
 
 struct PreTokenCache {
   uint64_t owner = 0;

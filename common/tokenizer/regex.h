@@ -18,7 +18,8 @@ namespace tessera {
 class Regex {
  public:
   // `pattern` is in the Oniguruma / Rust-regex dialect that tokenizer.json files use;
-  // `\s` and `\S` are widened to Unicode White_Space (PCRE2's `\s` leaves out U+0085).
+  // `\s` (anywhere) and `\S` (outside a character class) are widened to Unicode
+  // White_Space, as PCRE2's `\s` leaves out U+0085.
   static absl::StatusOr<Regex> Compile(absl::string_view pattern);
 
   Regex(Regex&&) noexcept;

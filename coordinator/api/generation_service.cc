@@ -1,5 +1,6 @@
 #include "coordinator/api/generation_service.h"
 
+#include <limits>
 #include <optional>
 
 #include "absl/cleanup/cleanup.h"
@@ -95,7 +96,7 @@ GenerationServiceImpl::GenerationServiceImpl(Engine* engine, const Tokenizer* to
 
 absl::StatusOr<uint64_t> GenerationServiceImpl::Start(const v1::GenerateRequest& request,
                                                       std::chrono::steady_clock::time_point deadline,
-                                                      std::string* request_id,
+                                                      int max_undelivered_tokens, std::string* request_id,
                                                       std::vector<int32_t>* prompt,
                                                       std::shared_ptr<RequestStream>* stream) {
   auto valid = ValidateGenerateRequest(request, *tokenizer_, limits_);
@@ -106,7 +107,7 @@ absl::StatusOr<uint64_t> GenerationServiceImpl::Start(const v1::GenerateRequest&
   *request_id = valid->request_id.empty() ? absl::StrCat("req-", next_request_number_.fetch_add(1))
                                           : valid->request_id;
   *prompt = valid->prompt;
-  *stream = std::make_shared<RequestStream>(limits_.max_undelivered_tokens);
+  *stream = std::make_shared<RequestStream>(max_undelivered_tokens);
   EngineRequest er;
   er.request_id = *request_id;
   er.prompt = std::move(valid->prompt);
@@ -130,7 +131,9 @@ grpc::Status GenerationServiceImpl::Generate(grpc::ServerContext* context,
   std::shared_ptr<RequestStream> stream;
   StreamSlot slot(this);
   if (!slot.ok()) return TooManyStreams();
-  auto seq = Start(*request, SteadyDeadline(*context), &id, &prompt, &stream);
+  // The whole response is built in memory anyway (at most max_new_tokens), and this
+  // handler never blocks while it collects, so its stream needs no bound.
+  auto seq = Start(*request, SteadyDeadline(*context), std::numeric_limits<int>::max(), &id, &prompt, &stream);
   if (!seq.ok()) return ToGrpcStatus(seq.status());
   response->set_request_id(id);
   response->mutable_prompt_ids()->Add(prompt.begin(), prompt.end());
@@ -165,7 +168,7 @@ grpc::Status GenerationServiceImpl::GenerateStream(grpc::ServerContext* context,
   std::shared_ptr<RequestStream> stream;
   StreamSlot slot(this);
   if (!slot.ok()) return TooManyStreams();
-  auto seq = Start(*request, SteadyDeadline(*context), &id, &prompt, &stream);
+  auto seq = Start(*request, SteadyDeadline(*context), limits_.max_undelivered_tokens, &id, &prompt, &stream);
   if (!seq.ok()) return ToGrpcStatus(seq.status());
   // A client that stops reading blocks Write on HTTP/2 flow control; when its undelivered
   // tokens pass the stream's bound the engine ends the request and wakes us through this.

@@ -38,7 +38,8 @@ class GenerationServiceImpl final : public v1::Generation::Service {
  private:
   // Validates and submits; on success `stream` receives the request's events.
   absl::StatusOr<uint64_t> Start(const v1::GenerateRequest& request,
-                                 std::chrono::steady_clock::time_point deadline, std::string* request_id,
+                                 std::chrono::steady_clock::time_point deadline, int max_undelivered_tokens,
+                                 std::string* request_id,
                                  std::vector<int32_t>* prompt, std::shared_ptr<RequestStream>* stream);
 
   // Counts one Generate/GenerateStream call against --max-concurrent-streams.

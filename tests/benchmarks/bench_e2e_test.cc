@@ -22,10 +22,17 @@ Json ReadJson(const std::filesystem::path& path) {
 
 std::string Bin(const std::string& name) { return (testing::BinaryDir() / name).string(); }
 
-void ExpectSaneSummary(const Json& s, const std::string& name, int64_t count) {
+// `count` samples; with `max_count`, anywhere in [count, max_count].
+void ExpectSaneSummary(const Json& s, const std::string& name, int64_t count,
+                       int64_t max_count = -1) {
   SCOPED_TRACE(name);
   ASSERT_TRUE(s.is_object());
-  EXPECT_EQ(s["count"], count);
+  if (max_count < 0) {
+    EXPECT_EQ(s["count"], count);
+  } else {
+    EXPECT_GE(s["count"].get<int64_t>(), count);
+    EXPECT_LE(s["count"].get<int64_t>(), max_count);
+  }
   for (const char* key : {"mean", "p50", "p95", "p99", "min", "max"}) {
     ASSERT_TRUE(s[key].is_number()) << key;
     EXPECT_GT(s[key].get<double>(), 0) << key;
@@ -109,8 +116,10 @@ TEST_F(BenchE2eTest, FixedWorkloadWritesACompleteResult) {
   ExpectSaneSummary(m["ttft_ms"], "ttft", 8);
   ExpectSaneSummary(m["tpot_ms"], "tpot", 8);
   ExpectSaneSummary(m["e2e_ms"], "e2e", 8);
-  // One token per stream message: 5 gaps per request.
-  ExpectSaneSummary(m["itl_ms"], "itl", 8 * 5);
+  // ITL is the gap between stream messages. The server sends one token per message while
+  // the client keeps up, and coalesces what queued behind a slow write into one message,
+  // so 6 tokens make at most 5 gaps per request (and, all in one message, none).
+  ExpectSaneSummary(m["itl_ms"], "itl", 1, 8 * 5);
   EXPECT_LT(m["ttft_ms"]["p50"].get<double>(), m["e2e_ms"]["p50"].get<double>());
 
   ASSERT_EQ(j["requests"].size(), 8u);

@@ -1,9 +1,11 @@
 // The public API's contract over a live cluster: validation, stop conditions, logprobs,
 // seeded sampling, Tokenize and GetModelInfo.
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <functional>
 #include <limits>
+#include <thread>
 
 #include "absl/strings/str_cat.h"
 #include "gtest/gtest.h"
@@ -280,7 +282,21 @@ TEST(ServingApiTest, ModelInfoDescribesTheCluster) {
   ASSERT_NE(cluster, nullptr);
   EXPECT_EQ(cluster->Health(), Health::SERVING);
   EXPECT_EQ(cluster->Health("tessera.v1.Generation"), Health::SERVING);
+  // Start() returns once a replica serves; the other may still be in its one-token
+  // warm-up, so wait (bounded) until both are ready and idle before reading the figures.
   auto info = cluster->ModelInfo();
+  const auto settle = std::chrono::steady_clock::now() + std::chrono::seconds(20);
+  const auto settled = [](const v1::ModelInfo& m) {
+    if (m.ready_replicas() != 2) return false;
+    for (const v1::ReplicaInfo& r : m.replica_info()) {
+      if (r.running() + r.waiting() != 0 || r.free_blocks() != r.total_blocks()) return false;
+    }
+    return true;
+  };
+  while (info.ok() && !settled(*info) && std::chrono::steady_clock::now() < settle) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    info = cluster->ModelInfo();
+  }
   ASSERT_TRUE(info.ok()) << info.status();
   EXPECT_EQ(info->model(), "stories260K");
   EXPECT_FALSE(info->dtype().empty());

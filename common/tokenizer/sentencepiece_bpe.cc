@@ -7,6 +7,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_replace.h"
 #include "common/status_macros.h"
+#include "common/tokenizer/vocabulary.h"
 #include "nlohmann/json.hpp"
 
 namespace tessera {
@@ -246,20 +247,15 @@ std::string SentencePieceBpeTokenizer::Decode(const std::vector<int32_t>& ids,
 }
 
 bool SentencePieceBpeTokenizer::IsSpecial(int32_t id) const {
-  if (id < 0) return false;
-  if (id == specials_.bos_id || id == specials_.eos_id || id == model_.unk_id()) return true;
-  const AddedToken* added = added_.FindById(id);
-  return added != nullptr && added->special;
+  return BpeVocabulary{model_, added_}.IsSpecial(specials_, id);
 }
 
 std::string SentencePieceBpeTokenizer::PieceForId(int32_t id) const {
-  if (const AddedToken* added = added_.FindById(id)) return added->content;
-  return model_.PieceForId(id);
+  return BpeVocabulary{model_, added_}.PieceForId(id);
 }
 
 int32_t SentencePieceBpeTokenizer::IdForPiece(absl::string_view piece) const {
-  const int32_t id = added_.IdForContent(piece);
-  return id >= 0 ? id : model_.IdForPiece(piece);
+  return BpeVocabulary{model_, added_}.IdForPiece(piece);
 }
 
 }  // namespace tessera

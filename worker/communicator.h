@@ -36,6 +36,12 @@ class Communicator {
 
   // True once a collective failed or timed out; the group must be re-formed.
   virtual bool aborted() const = 0;
+
+  // Called from another thread when the group is known dead (the coordinator dissolved
+  // it): a collective blocked waiting for a dead peer fails now instead of at its
+  // timeout, and every later one fails. Where a backend cannot interrupt a collective,
+  // its timeout still bounds it.
+  virtual void Abort() {}
 };
 
 // A world of one: every collective is a no-op.

@@ -4,8 +4,24 @@
 #include <cstdio>
 
 #include "absl/strings/str_cat.h"
+#include "coordinator/metrics/engine_metrics.h"
 
 namespace tessera {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+// How long a replica handed to the engine may take to show ready before it counts as
+// failed (the engine's warm-up is one token).
+constexpr auto kReadyGrace = std::chrono::seconds(10);
+
+std::string NewInstanceId() {
+  return absl::StrCat(
+      absl::Hex(static_cast<uint64_t>(std::chrono::system_clock::now().time_since_epoch().count()) &
+                0xffffffffffULL));
+}
+
+}  // namespace
 
 absl::StatusOr<std::unique_ptr<ClusterManager>> ClusterManager::Create(ClusterOptions options,
                                                                        Engine* engine) {
@@ -21,7 +37,7 @@ absl::StatusOr<std::unique_ptr<ClusterManager>> ClusterManager::Create(ClusterOp
 }
 
 ClusterManager::ClusterManager(ClusterOptions options, Engine* engine)
-    : options_(std::move(options)), engine_(engine) {}
+    : options_(std::move(options)), engine_(engine), instance_(NewInstanceId()) {}
 
 ClusterManager::~ClusterManager() {
   {
@@ -31,53 +47,157 @@ ClusterManager::~ClusterManager() {
   if (former_.joinable()) former_.join();
 }
 
+void ClusterManager::Event(const char* event) {
+  if (engine_->metrics() != nullptr) engine_->metrics()->MembershipEvent(event);
+}
+
 grpc::Status ClusterManager::RegisterWorker(grpc::ServerContext*, const v1::RegisterWorkerRequest* request,
                                             v1::RegisterWorkerResponse* response) {
   if (request->address().empty()) {
     return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, "address = \"\": the worker must say where it listens");
   }
+  if (request->replica_hint() >= options_.replicas) {
+    return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
+                        absl::StrCat("replica_hint = ", request->replica_hint(), ": this coordinator serves ",
+                                     options_.replicas, " replicas (hints 0 to ", options_.replicas - 1,
+                                     ", or -1 for any)"));
+  }
+  if (request->rank_hint() >= options_.tp) {
+    return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
+                        absl::StrCat("rank_hint = ", request->rank_hint(), ": groups have tp = ", options_.tp,
+                                     " ranks (hints 0 to ", options_.tp - 1, ", or -1 for any)"));
+  }
   absl::MutexLock lock(&mu_);
-  ++num_registered_;
-  response->set_worker_id(absl::StrCat("worker-", num_registered_));
-  pending_.push_back(*request);
-  std::fprintf(stderr, "tessera-coordinator: worker %s registered (%zu waiting for a group)\n",
-               request->address().c_str(), pending_.size());
+  // The same address again: that worker restarted (or left its group). Whatever it held
+  // is gone, so is the replica it served.
+  for (auto it = workers_.begin(); it != workers_.end(); ++it) {
+    if (it->second.registration.address() != request->address()) continue;
+    const int replica = it->second.replica;
+    Drop(it->first, "the worker registered again", "dissolved");
+    if (replica >= 0) {
+      engine_->FailReplica(replica, absl::UnavailableError(absl::StrCat(
+                                        "worker ", request->address(), " restarted")));
+    }
+    break;
+  }
+  const std::string id = absl::StrCat("worker-", instance_, "-", ++num_registered_);
+  WorkerSession& w = workers_[id];
+  w.registration = *request;
+  w.registration.set_worker_id(id);
+  w.order = num_registered_;
+  w.last_seen = Clock::now();
+  response->set_worker_id(id);
+  response->set_heartbeat_interval_ms(static_cast<uint32_t>(options_.heartbeat_interval.count()));
+  response->set_session_timeout_ms(static_cast<uint32_t>(options_.session_timeout.count()));
+  int waiting = 0;
+  for (const auto& [_, s] : workers_) waiting += s.replica < 0;
+  std::fprintf(stderr,
+               "tessera-coordinator: worker %s registered as %s (replica hint %d, rank hint %d; %d waiting "
+               "for a group)\n",
+               request->address().c_str(), id.c_str(), request->replica_hint(), request->rank_hint(), waiting);
+  Event("registered");
+  if (engine_->metrics() != nullptr) engine_->metrics()->SetPendingWorkers(waiting);
   return grpc::Status::OK;
+}
+
+grpc::Status ClusterManager::Heartbeat(grpc::ServerContext*, const v1::HeartbeatRequest* request,
+                                       v1::HeartbeatResponse* response) {
+  absl::MutexLock lock(&mu_);
+  auto it = workers_.find(request->worker_id());
+  if (it == workers_.end()) {
+    response->set_known(false);
+    auto d = dropped_.find(request->worker_id());
+    if (d != dropped_.end()) {
+      response->set_reason(d->second);
+      dropped_.erase(d);
+    } else {
+      response->set_reason(absl::StrCat("worker id \"", request->worker_id(),
+                                        "\" is unknown to this coordinator (it restarted)"));
+    }
+    return grpc::Status::OK;
+  }
+  it->second.last_seen = Clock::now();
+  response->set_known(true);
+  return grpc::Status::OK;
+}
+
+void ClusterManager::Drop(const std::string& id, const std::string& reason, const char* event) {
+  workers_.erase(id);
+  if (dropped_.size() > 4096) dropped_.clear();  // Only a courtesy; the worker re-registers anyway.
+  dropped_[id] = reason;
+  Event(event);
+}
+
+void ClusterManager::Housekeep(const std::vector<bool>& ready) {
+  const auto now = Clock::now();
+  // Replicas the engine failed (or never showed ready): dissolve them so their surviving
+  // ranks drop the dead group and register again.
+  for (auto it = formed_.begin(); it != formed_.end();) {
+    const int replica = it->first;
+    Formed& f = it->second;
+    if (ready[replica]) {
+      f.seen_ready = true;
+      ++it;
+      continue;
+    }
+    if (!f.seen_ready && now - f.added < kReadyGrace) {
+      ++it;
+      continue;
+    }
+    std::fprintf(stderr, "tessera-coordinator: replica %d is down; its workers re-register\n", replica);
+    for (const std::string& id : f.worker_ids) {
+      if (workers_.count(id) > 0) Drop(id, absl::StrCat("replica ", replica, " failed"), "dissolved");
+    }
+    it = formed_.erase(it);
+  }
+  // Silent sessions: a waiting worker is forgotten, a serving one fails its replica.
+  std::vector<std::pair<std::string, int>> expired;
+  for (const auto& [id, w] : workers_) {
+    if (now - w.last_seen > options_.session_timeout) expired.emplace_back(id, w.replica);
+  }
+  for (const auto& [id, replica] : expired) {
+    const std::string address = workers_[id].registration.address();
+    std::fprintf(stderr, "tessera-coordinator: worker %s (%s) sent no heartbeat for %lld ms; dropped\n",
+                 address.c_str(), id.c_str(), static_cast<long long>(options_.session_timeout.count()));
+    Drop(id, "no heartbeat within the session timeout", "expired");
+    if (replica >= 0) {
+      engine_->FailReplica(replica, absl::UnavailableError(absl::StrCat(
+                                        "worker ", address, " stopped heartbeating")));
+    }
+  }
+  int waiting = 0;
+  for (const auto& [_, s] : workers_) waiting += s.replica < 0;
+  if (engine_->metrics() != nullptr) engine_->metrics()->SetPendingWorkers(waiting);
 }
 
 void ClusterManager::FormLoop() {
   while (true) {
+    std::vector<std::string> ids;
     std::vector<v1::RegisterWorkerRequest> members;
     int replica = -1;
     uint64_t generation = 0;
     {
-      absl::MutexLock lock(&mu_);
-      auto ready = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-        return stop_ || static_cast<int>(pending_.size()) >= options_.tp;
-      };
-      mu_.AwaitWithTimeout(absl::Condition(&ready), absl::Milliseconds(200));
-      if (stop_) return;
-      if (static_cast<int>(pending_.size()) < options_.tp) continue;
-      // The lowest replica index that is not serving.
-      std::vector<bool> serving(options_.replicas, false);
+      std::vector<bool> ready(options_.replicas, false);
       for (const ReplicaSnapshot& r : engine_->Snapshot()) {
-        if (r.replica < options_.replicas && r.ready) serving[r.replica] = true;
+        if (r.replica < options_.replicas && r.ready) ready[r.replica] = true;
       }
-      for (int i = 0; i < options_.replicas; ++i) {
-        if (!serving[i]) {
-          replica = i;
-          break;
-        }
+      absl::MutexLock lock(&mu_);
+      mu_.AwaitWithTimeout(absl::Condition(&stop_), absl::Milliseconds(100));
+      if (stop_) return;
+      Housekeep(ready);
+      // The lowest replica index that is not serving and whose workers are here.
+      for (int i = 0; i < options_.replicas && replica < 0; ++i) {
+        if (ready[i] || formed_.count(i) > 0) continue;
+        auto picked = PickGroup(workers_, i, options_.tp);
+        if (!picked.has_value()) continue;
+        replica = i;
+        ids = *std::move(picked);
       }
-      if (replica < 0) continue;  // Every replica serves: extra workers wait as spares.
-      // Rank hints first, then arrival order.
-      std::stable_sort(pending_.begin(), pending_.end(), [](const auto& a, const auto& b) {
-        const int ra = a.rank_hint() < 0 ? 1 << 30 : a.rank_hint();
-        const int rb = b.rank_hint() < 0 ? 1 << 30 : b.rank_hint();
-        return ra < rb;
-      });
-      members.assign(pending_.begin(), pending_.begin() + options_.tp);
-      pending_.erase(pending_.begin(), pending_.begin() + options_.tp);
+      if (replica < 0) continue;  // Nothing to form; extra workers wait as spares.
+      for (const std::string& id : ids) {
+        workers_[id].replica = replica;
+        members.push_back(workers_[id].registration);
+      }
       generation = ++generation_;
     }
     std::vector<std::string> addresses;
@@ -102,7 +222,29 @@ void ClusterManager::FormLoop() {
     if (!capacity.ok()) {
       std::fprintf(stderr, "tessera-coordinator: forming replica %d failed: %s\n", replica,
                    std::string(capacity.status().message()).c_str());
-      continue;  // Those workers are dropped; new registrations may form it later.
+      // Every member registers again (a dead one does not), so the replica re-forms from
+      // the live ones.
+      absl::MutexLock lock(&mu_);
+      for (const std::string& id : ids) {
+        if (workers_.count(id) > 0) {
+          Drop(id, absl::StrCat("forming replica ", replica, " failed: ", capacity.status().message()),
+               "form_failed");
+        }
+      }
+      continue;
+    }
+    {
+      absl::MutexLock lock(&mu_);
+      bool intact = true;  // A member may have re-registered (restarted) while loading.
+      for (const std::string& id : ids) intact &= workers_.count(id) > 0;
+      if (!intact) {
+        for (const std::string& id : ids) {
+          if (workers_.count(id) > 0) Drop(id, "a group member restarted while forming", "form_failed");
+        }
+        continue;
+      }
+      formed_[replica] = Formed{ids, false, Clock::now()};
+      Event("formed");
     }
     engine_->AddReplica(std::move(group), capacity->num_blocks);
     // Give the engine a moment to publish the replica before forming the next one.

@@ -1,6 +1,8 @@
 #ifndef TESSERA_COORDINATOR_CLUSTER_CLUSTER_MANAGER_H_
 #define TESSERA_COORDINATOR_CLUSTER_CLUSTER_MANAGER_H_
 
+#include <chrono>
+#include <map>
 #include <memory>
 #include <string>
 #include <thread>
@@ -9,6 +11,7 @@
 #include "absl/base/thread_annotations.h"
 #include "absl/synchronization/mutex.h"
 #include "common/rendezvous/kv_store_server.h"
+#include "coordinator/cluster/membership.h"
 #include "coordinator/cluster/worker_group.h"
 #include "coordinator/engine/engine.h"
 #include "tessera/v1/worker.grpc.pb.h"
@@ -23,11 +26,17 @@ struct ClusterOptions {
   // The rendezvous store's port (tp > 1 only); 0: any free port. A fixed port lets a
   // firewall (the chart's NetworkPolicy) open exactly it.
   int store_port = 0;
+  // Workers call Heartbeat this often; one silent for session_timeout is dropped (and
+  // its replica failed).
+  std::chrono::milliseconds heartbeat_interval{500};
+  std::chrono::milliseconds session_timeout{5000};
 };
 
-// Accepts worker registrations (the Cluster service), forms `replicas` groups of `tp`
-// workers as workers arrive, and hands each formed group to the engine. A failed replica
-// is formed again from workers that register later.
+// Accepts worker registrations and heartbeats (the Cluster service), forms `replicas`
+// groups of `tp` workers as workers arrive (placed by their replica and rank hints), and
+// hands each formed group to the engine. Every worker holds a session: when a replica
+// fails, its surviving members are told to re-register, so the replica re-forms from them
+// and a replacement; a worker that stops heartbeating is dropped.
 class ClusterManager final : public v1::Cluster::Service {
  public:
   static absl::StatusOr<std::unique_ptr<ClusterManager>> Create(ClusterOptions options, Engine* engine);
@@ -35,18 +44,37 @@ class ClusterManager final : public v1::Cluster::Service {
 
   grpc::Status RegisterWorker(grpc::ServerContext* context, const v1::RegisterWorkerRequest* request,
                               v1::RegisterWorkerResponse* response) override;
+  grpc::Status Heartbeat(grpc::ServerContext* context, const v1::HeartbeatRequest* request,
+                         v1::HeartbeatResponse* response) override;
 
  private:
+  // A replica handed to the engine, and whether the engine has shown it ready yet.
+  struct Formed {
+    std::vector<std::string> worker_ids;
+    bool seen_ready = false;
+    std::chrono::steady_clock::time_point added;
+  };
+
   ClusterManager(ClusterOptions options, Engine* engine);
   void FormLoop();
+  // Drops sessions that went silent and dissolves replicas the engine failed, so their
+  // surviving workers re-register.
+  void Housekeep(const std::vector<bool>& ready) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void Drop(const std::string& id, const std::string& reason, const char* event)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void Event(const char* event) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   ClusterOptions options_;
   Engine* engine_;
   std::unique_ptr<KvStoreServer> store_;
+  const std::string instance_;  // Distinguishes this process's worker ids from a predecessor's.
 
   mutable absl::Mutex mu_;
-  std::vector<v1::RegisterWorkerRequest> pending_ ABSL_GUARDED_BY(mu_);
-  int num_registered_ ABSL_GUARDED_BY(mu_) = 0;
+  std::map<std::string, WorkerSession> workers_ ABSL_GUARDED_BY(mu_);  // By worker id.
+  std::map<int, Formed> formed_ ABSL_GUARDED_BY(mu_);                  // By replica.
+  // Why a worker id was dropped, told to it at its next heartbeat (bounded).
+  std::map<std::string, std::string> dropped_ ABSL_GUARDED_BY(mu_);
+  uint64_t num_registered_ ABSL_GUARDED_BY(mu_) = 0;
   uint64_t generation_ ABSL_GUARDED_BY(mu_) = 0;
   bool stop_ ABSL_GUARDED_BY(mu_) = false;
   std::thread former_;

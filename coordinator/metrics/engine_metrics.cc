@@ -76,6 +76,11 @@ EngineMetrics::EngineMetrics(EngineMetricsConfig config)
   workers_live_ = &Gauge(r, "tessera_workers_live", "Workers in formed, healthy groups.")->Add({{"model", config_.model}});
   groups_complete_ = &Gauge(r, "tessera_groups_complete", "Replicas whose group is formed and healthy.")
                           ->Add({{"model", config_.model}});
+  pending_workers_ = &Gauge(r, "tessera_cluster_pending_workers",
+                            "Registered workers waiting for a group (or spares).")
+                          ->Add({{"model", config_.model}});
+  membership_ = Count(r, "tessera_cluster_membership_events_total",
+                      "Worker membership events (registered, expired, dissolved, formed, form_failed).");
   Gauge(r, "tessera_config_info", "Serving configuration (value 1).")
       ->Add({{"model", config_.model},
              {"dtype", config_.dtype},
@@ -184,6 +189,10 @@ void EngineMetrics::UpdateScheduler(int replica, const sched::SchedulerStats& s)
 
 void EngineMetrics::RequestRejected(absl::string_view reason) {
   rejected_->Add({{"model", config_.model}, {"reason", std::string(reason)}}).Increment();
+}
+
+void EngineMetrics::MembershipEvent(absl::string_view event) {
+  membership_->Add({{"model", config_.model}, {"event", std::string(event)}}).Increment();
 }
 
 void EngineMetrics::RequestAborted(absl::string_view reason) {

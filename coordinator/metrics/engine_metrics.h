@@ -65,6 +65,11 @@ class EngineMetrics {
   void RequestRejected(absl::string_view reason);
   // Any thread: an admitted request the server ended early ("client_not_reading").
   void RequestAborted(absl::string_view reason);
+  // Any thread (the cluster manager): workers registered and waiting for a group, and a
+  // count of membership events ("registered", "expired", "dissolved", "formed",
+  // "form_failed").
+  void SetPendingWorkers(int n) { pending_workers_->Set(n); }
+  void MembershipEvent(absl::string_view event);
 
  private:
   struct PerReplica {
@@ -123,6 +128,8 @@ class EngineMetrics {
   prometheus::Family<prometheus::Gauge>* kv_free_blocks_;
   prometheus::Gauge* workers_live_;
   prometheus::Gauge* groups_complete_;
+  prometheus::Gauge* pending_workers_;
+  prometheus::Family<prometheus::Counter>* membership_;
 
   std::map<int, PerReplica> replicas_;  // Engine thread only.
   std::map<int, int> live_groups_;      // Replica -> world size, for formed replicas.

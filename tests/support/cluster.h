@@ -101,6 +101,12 @@ struct ClusterOptions {
   std::vector<std::string> worker_env;          // Extra "NAME=value" for the workers.
   std::vector<std::string> worker_flags;        // Extra flags for every worker, e.g. "--device=cuda".
   std::chrono::seconds ready_timeout{180};     // Until every replica serves.
+  // Every worker listens on a port fixed at launch, so Restart() brings it back at the
+  // same address, as a restarted Kubernetes pod would.
+  bool fixed_worker_ports = false;
+  // Per worker in start order: {replica hint, rank hint}; empty: no replica hint and rank
+  // hint w % tp. Sets the number of workers when not empty.
+  std::vector<std::pair<int, int>> worker_hints;
 };
 
 class Cluster {
@@ -111,6 +117,8 @@ class Cluster {
     std::filesystem::path log;
     bool reaped = false;
     int wait_status = 0;
+    std::vector<std::string> args;  // What it was started with, for Restart().
+    std::vector<std::string> env;
   };
 
   // Starts the processes and waits until health says SERVING and every replica is
@@ -132,6 +140,8 @@ class Cluster {
   std::shared_ptr<grpc::Channel> channel() const { return channel_; }
   v1::Generation::Stub& api() { return *api_; }
   const Process& coordinator() const { return processes_[0]; }
+  // Worker w in start order (its current pid, log and flags).
+  const Process& worker(size_t w) const { return processes_.at(w + 1); }
   // Workers in start order; worker w was given --rank-hint w % tp.
   std::vector<pid_t> worker_pids() const {
     std::vector<pid_t> pids;
@@ -148,6 +158,43 @@ class Cluster {
     }
     return false;
   }
+
+  // SIGKILL and reap (as a crashed or OOM-killed pod).
+  void Kill(pid_t pid) {
+    for (Process& p : processes_) {
+      if (p.pid != pid || p.reaped) continue;
+      ::kill(pid, SIGKILL);
+      Reap(p, /*block=*/true);
+    }
+  }
+
+  // Starts the process that had `pid` again with the same flags (and so the same ports);
+  // its log continues. Returns the new pid. A restarted coordinator gets a fresh channel()
+  // once it listens again.
+  absl::StatusOr<pid_t> Restart(pid_t pid) {
+    for (size_t i = 0; i < processes_.size(); ++i) {
+      Process& p = processes_[i];
+      if (p.pid != pid) continue;
+      if (!p.reaped) Kill(pid);
+      Process old = p;
+      processes_.erase(processes_.begin() + static_cast<long>(i));
+      if (absl::Status s = Spawn(old.name, old.args, old.env, /*append_log=*/true); !s.ok()) return s;
+      Process fresh = std::move(processes_.back());
+      processes_.pop_back();
+      processes_.insert(processes_.begin() + static_cast<long>(i), std::move(fresh));
+      if (i == 0) {
+        const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(30);
+        while (!(Accepts(port_) && Accepts(cluster_port_)) && std::chrono::steady_clock::now() < deadline) {
+          std::this_thread::sleep_for(std::chrono::milliseconds(10));
+        }
+        channel_ = grpc::CreateChannel(address_, grpc::InsecureChannelCredentials());
+        api_ = v1::Generation::NewStub(channel_);
+      }
+      return processes_[i].pid;
+    }
+    return absl::NotFoundError(absl::StrCat("no process with pid ", pid));
+  }
+  int cluster_port() const { return cluster_port_; }
 
   void Signal(pid_t pid, int sig) {
     for (Process& p : processes_) {
@@ -245,6 +292,8 @@ class Cluster {
     int hold[3] = {-1, -1, -1};
     const int port = PickFreePort(&hold[0]);
     const int cluster_port = PickFreePort(&hold[1]);
+    port_ = port;
+    cluster_port_ = cluster_port;
     metrics_port_ = PickFreePort(&hold[2]);
     for (int fd : hold) {
       if (fd >= 0) ::close(fd);
@@ -281,11 +330,20 @@ class Cluster {
       }
       std::this_thread::sleep_for(std::chrono::milliseconds(10));
     }
-    for (int w = 0; w < options_.tp * options_.replicas; ++w) {
+    const int num_workers = options_.worker_hints.empty() ? options_.tp * options_.replicas
+                                                          : static_cast<int>(options_.worker_hints.size());
+    for (int w = 0; w < num_workers; ++w) {
+      const bool hinted = !options_.worker_hints.empty();
       std::vector<std::string> worker = {
           (BinaryDir() / "tessera-worker").string(), "--coordinator",
           absl::StrCat("127.0.0.1:", cluster_port), "--threads", absl::StrCat(options_.threads),
-          "--rank-hint", absl::StrCat(w % options_.tp)};
+          "--rank-hint", absl::StrCat(hinted ? options_.worker_hints[w].second : w % options_.tp)};
+      if (hinted) worker.insert(worker.end(), {"--replica-hint", absl::StrCat(options_.worker_hints[w].first)});
+      if (options_.fixed_worker_ports) {
+        const int worker_port = PickFreePort();
+        if (worker_port == 0) return absl::InternalError("cannot find a free TCP port on 127.0.0.1");
+        worker.insert(worker.end(), {"--listen", absl::StrCat("127.0.0.1:", worker_port)});
+      }
       worker.insert(worker.end(), options_.worker_flags.begin(), options_.worker_flags.end());
       absl::Status s = Spawn(absl::StrCat("worker", w), worker, options_.worker_env);
       if (!s.ok()) return s;
@@ -336,11 +394,13 @@ class Cluster {
   }
 
   absl::Status Spawn(const std::string& name, const std::vector<std::string>& args,
-                     const std::vector<std::string>& extra_env) {
+                     const std::vector<std::string>& extra_env, bool append_log = false) {
     Process p;
     p.name = name;
+    p.args = args;
+    p.env = extra_env;
     p.log = options_.log_dir / (name + ".log");
-    const int fd = ::open(p.log.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    const int fd = ::open(p.log.c_str(), O_WRONLY | O_CREAT | (append_log ? O_APPEND : O_TRUNC) | O_CLOEXEC, 0644);
     if (fd < 0) return absl::InternalError(absl::StrCat("cannot create ", p.log.string()));
     // Everything the child needs is prepared before fork: only async-signal-safe calls after.
     std::vector<char*> argv;
@@ -372,6 +432,8 @@ class Cluster {
   ClusterOptions options_;
   std::vector<Process> processes_;  // [0] is the coordinator.
   std::string address_;
+  int port_ = 0;
+  int cluster_port_ = 0;
   int metrics_port_ = 0;
   std::shared_ptr<grpc::Channel> channel_;
   std::unique_ptr<v1::Generation::Stub> api_;

@@ -176,6 +176,14 @@ bool ShmCommunicator::aborted() const {
          static_cast<Header*>(base_)->aborted.load(std::memory_order_acquire) != 0;
 }
 
+void ShmCommunicator::Abort() {
+  // abort_reason_ stays the collective thread's to write; this only raises the flags.
+  auto* h = static_cast<Header*>(base_);
+  aborted_.store(true, std::memory_order_release);
+  h->aborted.store(1, std::memory_order_release);
+  Futex(&h->generation, FUTEX_WAKE, INT_MAX, nullptr);
+}
+
 absl::Status ShmCommunicator::Fail(const char* op, absl::StatusCode code, std::string why) {
   auto* h = static_cast<Header*>(base_);
   if (!aborted_.exchange(true)) abort_reason_ = absl::StrCat(op, ": ", why);

@@ -48,6 +48,7 @@ class ShmCommunicator final : public Communicator {
   absl::Status Broadcast(void* data, size_t bytes, int root) override;
   absl::Status Barrier() override;
   bool aborted() const override;
+  void Abort() override;
 
   struct Header;  // Layout of the segment's first page (defined in the .cc).
 

@@ -23,6 +23,7 @@ class TimedCommunicator final : public Communicator {
   absl::Status Broadcast(void* data, size_t bytes, int root) override;
   absl::Status Barrier() override;
   bool aborted() const override { return inner_->aborted(); }
+  void Abort() override { inner_->Abort(); }
 
   // Seconds spent in collectives since the last call (the step in between).
   double TakeCollectiveSeconds();

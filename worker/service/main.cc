@@ -20,12 +20,24 @@
 #include "tessera/v1/worker.grpc.pb.h"
 #include "worker/backend_factory.h"
 #include "worker/metrics/worker_metrics.h"
+#include "worker/service/coordinator_session.h"
 #include "worker/service/worker_service.h"
 
 namespace {
 
 std::atomic<bool> g_stop{false};
 std::atomic<int64_t> g_last_tick_ms{0};  // The main loop's last turn, for /healthz.
+std::atomic<tessera::CoordinatorSession*> g_session{nullptr};
+std::atomic<tessera::WorkerServiceImpl*> g_service{nullptr};
+
+// The gRPC health service name that reports readiness (in a formed group).
+constexpr char kReadinessService[] = "tessera.v1.Worker";
+
+bool Ready() {
+  tessera::CoordinatorSession* session = g_session.load();
+  tessera::WorkerServiceImpl* service = g_service.load();
+  return session != nullptr && service != nullptr && session->connected() && service->in_group();
+}
 
 int64_t NowMs() {
   return std::chrono::duration_cast<std::chrono::milliseconds>(
@@ -48,14 +60,18 @@ int main(int argc, char** argv) {
   std::string metrics_host, log_format = "text", log_level = "info";
   tessera::FlagSet flags("tessera-worker",
                          "One tensor-parallel rank of a Tessera cluster. It registers with the\n"
-                         "coordinator, which assigns its group, rank and model shard.");
+                         "coordinator, which assigns its group, rank and model shard, and keeps\n"
+                         "a session with it: when the coordinator restarts or the group loses a\n"
+                         "peer, the worker leaves the group and registers again by itself.");
   flags.String("coordinator", &coordinator, "Coordinator address (host:port of its cluster port).");
   flags.String("listen", &listen, "Address to serve the Worker service on (port 0: any free port).");
   flags.String("advertise-host", &advertise_host, "Host name or IP peers and the coordinator use to reach this worker.");
   flags.String("device", &device, "Backend: cpu, cuda (device 0), cuda:N, or auto (cuda when a device is usable, else cpu).");
   flags.Int("threads", &threads, "CPU threads for kernels (0: one per core).");
-  flags.Int("rank-hint", &rank_hint, "Preferred rank in its group (-1: any).");
-  flags.Int("replica-hint", &replica_hint, "Preferred replica (-1: any).");
+  flags.Int("rank-hint", &rank_hint, "Rank in its group (-1: any); a hinted worker takes only that rank.");
+  flags.Int("replica-hint", &replica_hint,
+            "Replica (group) to join (-1: any): workers with the same hint form one group, e.g. the\n"
+            "StatefulSet ordinal / tp or the LeaderWorkerSet group index.");
   flags.Int("metrics-port", &metrics_port, "HTTP port of /metrics and /healthz (0: disabled).");
   flags.String("metrics-host", &metrics_host, "Address the metrics port binds to (empty: the --listen host).");
   flags.String("log-format", &log_format, "Log lines on stderr: text or json.");
@@ -89,11 +105,15 @@ int main(int argc, char** argv) {
       if (since > 10000) return tessera::HealthResult{false, absl::StrCat("main loop stalled for ", since, " ms")};
       return tessera::HealthResult{true, ""};
     };
+    mo.checks["/readyz"] = [] {
+      if (Ready()) return tessera::HealthResult{true, ""};
+      return tessera::HealthResult{false, "not in a formed group (waiting for one, or re-registering)"};
+    };
     g_last_tick_ms = NowMs();
     auto server = tessera::MetricsHttpServer::Start(std::move(mo));
     if (server.ok()) {
       metrics_server = std::move(*server);
-      std::fprintf(stderr, "tessera-worker: metrics on port %d (/metrics, /healthz)\n", metrics_server->port());
+      std::fprintf(stderr, "tessera-worker: metrics on port %d (/metrics, /healthz, /readyz)\n", metrics_server->port());
     } else {
       // As on the coordinator: a taken port costs the metrics endpoint, not the rank.
       std::fprintf(stderr, "tessera-worker: metrics endpoint disabled: %s\n",
@@ -116,10 +136,11 @@ int main(int argc, char** argv) {
   std::signal(SIGTERM, OnSignal);
   std::signal(SIGINT, OnSignal);
 
-  // Register, retrying while the coordinator starts.
-  auto channel = tessera::ChannelToStartingServer(coordinator);
-  auto stub = tessera::v1::Cluster::NewStub(channel);
-  tessera::v1::RegisterWorkerRequest request;
+  // Membership: register, heartbeat, and register again whenever the session or the
+  // group is lost (a coordinator restart, a dead peer), until SIGTERM.
+  tessera::CoordinatorSessionOptions so;
+  so.coordinator = coordinator;
+  tessera::v1::RegisterWorkerRequest& request = so.registration;
   request.set_address(address);
   request.set_rank_hint(static_cast<int32_t>(rank_hint));
   request.set_replica_hint(static_cast<int32_t>(replica_hint));
@@ -128,28 +149,26 @@ int main(int argc, char** argv) {
   request.mutable_device()->set_name(device_info.name);
   request.mutable_device()->set_total_memory_bytes(device_info.total_memory_bytes);
   request.mutable_device()->set_free_memory_bytes(backend->FreeMemoryBytes());
-  bool registered = false;
-  for (int attempt = 0; attempt < 600 && !g_stop; ++attempt) {
+  tessera::CoordinatorSession session(std::move(so), &service);
+  g_session = &session;
+  g_service = &service;
+  // Readiness (the chart's readinessProbe asks this gRPC health service): in a formed
+  // group with a live session. The overall status stays SERVING while the process runs
+  // (startup probe, the coordinator's rank probe).
+  grpc::HealthCheckServiceInterface* health = server->GetHealthCheckService();
+  bool ready_published = false;
+  health->SetServingStatus(kReadinessService, false);
+  absl::Status run = session.Run(g_stop, [&] {
     g_last_tick_ms = NowMs();
-    grpc::ClientContext ctx;
-    ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(2));
-    tessera::v1::RegisterWorkerResponse response;
-    grpc::Status s = stub->RegisterWorker(&ctx, request, &response);
-    if (s.ok()) {
-      std::fprintf(stderr, "tessera-worker: registered with %s as %s\n", coordinator.c_str(),
-                   response.worker_id().c_str());
-      registered = true;
-      break;
+    const bool ready = Ready();
+    if (ready != ready_published) {
+      health->SetServingStatus(kReadinessService, ready);
+      ready_published = ready;
     }
-    std::this_thread::sleep_for(std::chrono::milliseconds(200));
-  }
-  if (!registered) {
-    server->Shutdown();
-    return Fail(absl::StrCat("could not register with the coordinator at ", coordinator));
-  }
-  while (!g_stop) {
-    g_last_tick_ms = NowMs();
-    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  });
+  if (!run.ok()) {
+    server->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(2));
+    return Fail(std::string(run.message()));
   }
   server->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(2));
   metrics_server.reset();

@@ -145,8 +145,13 @@ grpc::Status WorkerServiceImpl::Configure(grpc::ServerContext*, const v1::Config
   // gRPC may run each call on a different thread; CUDA's current device is per thread.
   if (absl::Status s = BindBackendToThread(*backend_); !s.ok()) return ToGrpcStatus(s);
   // A new group formation replaces everything from the previous one.
+  in_group_ = false;
   executor_.reset();
   model_.reset();
+  {
+    absl::MutexLock abort_lock(&abort_mu_);
+    abortable_ = nullptr;
+  }
   comm_.reset();
   auto comm = MakeCommunicator(*request, options_.advertise_host, *backend_);
   if (!comm.ok()) return ToGrpcStatus(comm.status());
@@ -158,6 +163,10 @@ grpc::Status WorkerServiceImpl::Configure(grpc::ServerContext*, const v1::Config
     comm_ = std::move(timed);
     options_.metrics->GroupJoined(static_cast<int>(request->replica()), static_cast<int>(request->rank()),
                                   static_cast<int>(request->world_size()), std::string(comm_->backend_name()));
+  }
+  {
+    absl::MutexLock abort_lock(&abort_mu_);
+    abortable_ = comm_.get();
   }
   std::fprintf(stderr, "tessera-worker: joined replica %u as rank %u of %u (%s)\n",
                request->replica(), request->rank(), request->world_size(),
@@ -173,6 +182,7 @@ grpc::Status WorkerServiceImpl::LoadShard(grpc::ServerContext*, const v1::LoadSh
   if (comm_ == nullptr) {
     return grpc::Status(grpc::StatusCode::FAILED_PRECONDITION, "LoadShard before Configure");
   }
+  in_group_ = false;
   executor_.reset();
   model_.reset();
   auto model = LlamaModel::Load(request->model_dir(), backend_, comm_.get(),
@@ -226,6 +236,7 @@ grpc::Status WorkerServiceImpl::InitCache(grpc::ServerContext*, const v1::InitCa
   response->set_kv_cache_bytes((*cache)->bytes());
   if (options_.metrics != nullptr) options_.metrics->CacheAllocated((*cache)->bytes());
   executor_ = std::make_unique<StepExecutor>(model_.get(), std::move(*cache));
+  in_group_ = true;
   return grpc::Status::OK;
 }
 
@@ -238,6 +249,7 @@ grpc::Status WorkerServiceImpl::ExecuteStep(grpc::ServerContext*, const v1::Step
     return grpc::Status(grpc::StatusCode::FAILED_PRECONDITION, "ExecuteStep before InitCache");
   }
   if (comm_->aborted()) {
+    in_group_ = false;
     return grpc::Status(grpc::StatusCode::UNAVAILABLE,
                         "this worker's group communicator failed earlier; the group must re-form");
   }
@@ -252,9 +264,36 @@ grpc::Status WorkerServiceImpl::ExecuteStep(grpc::ServerContext*, const v1::Step
         response->forward_seconds(), s.ok());
   }
   if (!s.ok() && comm_->aborted()) {
+    in_group_ = false;
     return grpc::Status(grpc::StatusCode::UNAVAILABLE, absl::StrCat("collective failed: ", s.message()));
   }
   return ToGrpcStatus(s);
+}
+
+void WorkerServiceImpl::Leave(const std::string& reason) {
+  in_group_ = false;
+  {
+    // A step in progress may wait in a collective for a dead peer: end it now.
+    absl::MutexLock abort_lock(&abort_mu_);
+    if (abortable_ != nullptr) abortable_->Abort();
+  }
+  absl::MutexLock lock(&mu_);
+  if (comm_ == nullptr && model_ == nullptr) return;
+  if (absl::Status s = BindBackendToThread(*backend_); !s.ok()) {
+    std::fprintf(stderr, "tessera-worker: %s\n", std::string(s.message()).c_str());
+  }
+  // Weights are reloaded when the group re-forms: the coordinator may place this worker
+  // at another rank or replica, and loading is a small part of recovery (see
+  // docs/architecture.md, "Group formation").
+  executor_.reset();
+  model_.reset();
+  {
+    absl::MutexLock abort_lock(&abort_mu_);
+    abortable_ = nullptr;
+  }
+  comm_.reset();
+  timed_comm_ = nullptr;
+  std::fprintf(stderr, "tessera-worker: left its group: %s\n", reason.c_str());
 }
 
 }  // namespace tessera

@@ -1,6 +1,7 @@
 #ifndef TESSERA_WORKER_SERVICE_WORKER_SERVICE_H_
 #define TESSERA_WORKER_SERVICE_WORKER_SERVICE_H_
 
+#include <atomic>
 #include <memory>
 #include <string>
 
@@ -36,6 +37,13 @@ class WorkerServiceImpl final : public v1::Worker::Service {
   grpc::Status ExecuteStep(grpc::ServerContext* context, const v1::StepRequest* request,
                            v1::StepResponse* response) override;
 
+  // Drops the group (communicator, model, KV cache) because its coordinator or a peer is
+  // gone; the worker then registers again and is configured from scratch. Waits for a
+  // step in progress, which a dead peer ends within the collective timeout.
+  void Leave(const std::string& reason);
+  // Whether this worker holds a formed group whose communicator has not failed.
+  bool in_group() const { return in_group_.load(); }
+
  private:
   kernels::Backend* const backend_;
   const WorkerServiceOptions options_;
@@ -45,6 +53,10 @@ class WorkerServiceImpl final : public v1::Worker::Service {
   TimedCommunicator* timed_comm_ ABSL_GUARDED_BY(mu_) = nullptr;  // comm_ when metrics are on.
   std::unique_ptr<LlamaModel> model_ ABSL_GUARDED_BY(mu_);
   std::unique_ptr<StepExecutor> executor_ ABSL_GUARDED_BY(mu_);
+  std::atomic<bool> in_group_{false};
+  // comm_ for Leave() to abort while a step holds mu_ (changed under both mutexes).
+  absl::Mutex abort_mu_ ABSL_ACQUIRED_AFTER(mu_);
+  Communicator* abortable_ ABSL_GUARDED_BY(abort_mu_) = nullptr;
 };
 
 }  // namespace tessera

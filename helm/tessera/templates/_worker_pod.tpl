@@ -91,8 +91,12 @@ spec:
         periodSeconds: {{ $w.probes.startup.periodSeconds }}
         failureThreshold: {{ $w.probes.startup.failureThreshold }}
       readinessProbe:
+        # Ready only in a formed group (a worker waiting for its group, or re-registering
+        # after its coordinator or a peer was lost, is not); the overall status (startup)
+        # stays SERVING while the process runs.
         grpc:
           port: {{ $w.port }}
+          service: tessera.v1.Worker
         periodSeconds: {{ $w.probes.readiness.periodSeconds }}
         failureThreshold: {{ $w.probes.readiness.failureThreshold }}
       livenessProbe:

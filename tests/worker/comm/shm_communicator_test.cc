@@ -148,6 +148,26 @@ TEST(ShmCommunicatorTest, MissingRankTimesOutAndAbortsEveryone) {
   EXPECT_EQ(comms[0]->Barrier().code(), absl::StatusCode::kAborted);
 }
 
+TEST(ShmCommunicatorTest, AbortEndsACollectiveWaitingForADeadPeer) {
+  auto server = KvStoreServer::Start("127.0.0.1", 0);
+  ASSERT_TRUE(server.ok()) << server.status();
+  auto comms = MakeGroup(**server, 2, milliseconds(30000));
+  ASSERT_EQ(comms.size(), 2u);
+  // Rank 1 never arrives (its process died); another thread of rank 0 aborts the group.
+  const auto start = Clock::now();
+  std::thread aborter([&] {
+    std::this_thread::sleep_for(milliseconds(100));
+    comms[0]->Abort();
+  });
+  float v = 1.0f;
+  const absl::Status s = comms[0]->AllReduceSum(&v, 1);
+  aborter.join();
+  EXPECT_EQ(s.code(), absl::StatusCode::kAborted) << s;
+  EXPECT_LT(Clock::now() - start, milliseconds(5000)) << "ended by the abort, not the 30 s timeout";
+  EXPECT_TRUE(comms[0]->aborted());
+  EXPECT_TRUE(comms[1]->aborted()) << "the flag is in the shared segment";
+}
+
 TEST(ShmCommunicatorTest, MismatchedCollectivesFailOnEveryRank) {
   auto server = KvStoreServer::Start("127.0.0.1", 0);
   ASSERT_TRUE(server.ok()) << server.status();

@@ -208,11 +208,10 @@ int main(int argc, char** argv) {
   // refused by gRPC (RESOURCE_EXHAUSTED) before any of it is parsed.
   const int64_t max_message = std::max<int64_t>(limits.max_input_bytes, int64_t{context} * 10) + (64 << 10);
   public_builder.SetMaxReceiveMessageSize(static_cast<int>(max_message));
-  // Threads: one per call (synchronous API), so the stream cap plus room for Tokenize,
-  // GetModelInfo, health checks and gRPC's own pollers bounds them; beyond that gRPC
-  // answers RESOURCE_EXHAUSTED instead of starting a thread.
+  // Threads: the Generation service is on the callback API (gRPC's fixed pool, none per
+  // call); only health and reflection are synchronous, and this bounds their threads.
   grpc::ResourceQuota quota("tessera-public-api");
-  quota.SetMaxThreads(static_cast<int>(max_concurrent_streams) + 32);
+  quota.SetMaxThreads(16);
   public_builder.SetResourceQuota(quota);
   public_builder.AddChannelArgument(GRPC_ARG_MAX_CONCURRENT_STREAMS, static_cast<int>(max_concurrent_streams));
   std::vector<std::unique_ptr<grpc::experimental::ServerInterceptorFactoryInterface>> interceptors;

@@ -5,6 +5,7 @@
 
 #include "common/model_config.h"
 #include "common/tokenizer/tokenizer.h"
+#include "coordinator/api/generate_admission.h"
 #include "coordinator/api/request_validation.h"
 #include "coordinator/engine/engine.h"
 #include "tessera/v1/generation.grpc.pb.h"
@@ -19,48 +20,34 @@ struct ModelDescription {
   int block_size = 16;
 };
 
-// The public tessera.v1.Generation service. Validation and tokenization happen here; the
-// engine does the rest. absl statuses become gRPC statuses only at this edge.
-class GenerationServiceImpl final : public v1::Generation::Service {
+// The public tessera.v1.Generation service on gRPC's callback API: a call holds no thread
+// while it waits for the engine or for its client, so thousands of streams need only
+// gRPC's fixed pool. Validation and tokenization happen here; the engine does the rest.
+// absl statuses become gRPC statuses only at this edge.
+class GenerationServiceImpl final : public v1::Generation::CallbackService {
  public:
   GenerationServiceImpl(Engine* engine, const Tokenizer* tokenizer, ServingLimits limits,
                         ModelDescription model);
 
-  grpc::Status Generate(grpc::ServerContext* context, const v1::GenerateRequest* request,
-                        v1::GenerateResponse* response) override;
-  grpc::Status GenerateStream(grpc::ServerContext* context, const v1::GenerateRequest* request,
-                              grpc::ServerWriter<v1::GenerateStreamResponse>* writer) override;
-  grpc::Status Tokenize(grpc::ServerContext* context, const v1::TokenizeRequest* request,
-                        v1::TokenizeResponse* response) override;
-  grpc::Status GetModelInfo(grpc::ServerContext* context, const v1::GetModelInfoRequest* request,
-                            v1::ModelInfo* response) override;
+  grpc::ServerUnaryReactor* Generate(grpc::CallbackServerContext* context, const v1::GenerateRequest* request,
+                                     v1::GenerateResponse* response) override;
+  grpc::ServerWriteReactor<v1::GenerateStreamResponse>* GenerateStream(
+      grpc::CallbackServerContext* context, const v1::GenerateRequest* request) override;
+  // Both answer at once on gRPC's thread: Tokenize's work is bounded by --max-input-bytes.
+  grpc::ServerUnaryReactor* Tokenize(grpc::CallbackServerContext* context, const v1::TokenizeRequest* request,
+                                     v1::TokenizeResponse* response) override;
+  grpc::ServerUnaryReactor* GetModelInfo(grpc::CallbackServerContext* context,
+                                         const v1::GetModelInfoRequest* request, v1::ModelInfo* response) override;
 
  private:
-  // Validates and submits; on success `stream` receives the request's events.
-  absl::StatusOr<uint64_t> Start(const v1::GenerateRequest& request,
-                                 std::chrono::steady_clock::time_point deadline, int max_undelivered_tokens,
-                                 std::string* request_id,
-                                 std::vector<int32_t>* prompt, std::shared_ptr<RequestStream>* stream);
-
-  // Counts one Generate/GenerateStream call against --max-concurrent-streams.
-  class StreamSlot {
-   public:
-    explicit StreamSlot(GenerationServiceImpl* service);
-    ~StreamSlot();
-    bool ok() const { return ok_; }
-
-   private:
-    GenerationServiceImpl* service_;
-    bool ok_ = false;
-  };
-  grpc::Status TooManyStreams();
+  grpc::Status DoTokenize(const v1::TokenizeRequest& request, v1::TokenizeResponse* response);
+  void DoGetModelInfo(v1::ModelInfo* info);
 
   Engine* engine_;
   const Tokenizer* tokenizer_;
   const ServingLimits limits_;
   const ModelDescription model_;
-  std::atomic<uint64_t> next_request_number_{1};
-  std::atomic<int> num_active_streams_{0};
+  Admission admission_;
 };
 
 }  // namespace tessera

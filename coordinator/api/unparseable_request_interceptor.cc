@@ -52,7 +52,12 @@ class UnparseableRequestInterceptor final : public grpc::experimental::Intercept
   void Intercept(grpc::experimental::InterceptorBatchMethods* methods) override {
     if (methods->QueryInterceptionHookPoint(grpc::experimental::InterceptionHookPoints::PRE_SEND_STATUS)) {
       const grpc::Status status = methods->GetSendStatus();
-      if (status.error_code() == grpc::StatusCode::INTERNAL && status.error_message().empty()) {
+      // Bytes that do not parse end a call before our code runs: the synchronous API answers
+      // INTERNAL, the callback API UNIMPLEMENTED, both with no message. Every method of the
+      // service is implemented, so either means the request did not parse.
+      const bool unparsed = status.error_code() == grpc::StatusCode::INTERNAL ||
+                            status.error_code() == grpc::StatusCode::UNIMPLEMENTED;
+      if (unparsed && status.error_message().empty()) {
         methods->ModifySendStatus(grpc::Status(
             grpc::StatusCode::INVALID_ARGUMENT,
             absl::StrCat("the request to ", method_,

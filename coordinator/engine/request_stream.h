@@ -67,14 +67,28 @@ class RequestStream {
   // Queues `event`; false (and nothing queued) when the consumer is too far behind. A
   // finished event is always queued, so the consumer always sees the end.
   bool Push(RequestEvent event) {
-    absl::MutexLock lock(&mu_);
-    const int tokens = static_cast<int>(event.token_ids.size());
-    if (!event.finished && num_undelivered_tokens_ + tokens > max_undelivered_tokens_) {
-      return false;
+    {
+      absl::MutexLock lock(&mu_);
+      const int tokens = static_cast<int>(event.token_ids.size());
+      if (!event.finished && num_undelivered_tokens_ + tokens > max_undelivered_tokens_) {
+        return false;
+      }
+      num_undelivered_tokens_ += tokens;
+      events_.push_back(std::move(event));
     }
-    num_undelivered_tokens_ += tokens;
-    events_.push_back(std::move(event));
+    // Outside mu_: the listener (an RPC reactor) takes its own lock and then pops.
+    absl::MutexLock lock(&listener_mu_);
+    if (listener_) listener_();
     return true;
+  }
+
+  // A consumer that must not block (a gRPC callback reactor) is told of every queued
+  // event instead of waiting in Pop. Runs on the producer's thread, so it must be quick
+  // and never wait. SetListener(nullptr) returns only once no call is in progress, so a
+  // consumer clears it before it goes away.
+  void SetListener(std::function<void()> listener) {
+    absl::MutexLock lock(&listener_mu_);
+    listener_ = std::move(listener);
   }
 
   // Waits up to `timeout` for events and returns everything queued as one event (tokens,
@@ -84,26 +98,13 @@ class RequestStream {
     absl::MutexLock lock(&mu_);
     auto ready = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return !events_.empty(); };
     mu_.AwaitWithTimeout(absl::Condition(&ready), absl::FromChrono(timeout));
-    if (events_.empty()) return std::nullopt;
-    RequestEvent merged = std::move(events_.front());
-    events_.pop_front();
-    while (!events_.empty() && !merged.finished) {
-      RequestEvent& next = events_.front();
-      merged.token_ids.insert(merged.token_ids.end(), next.token_ids.begin(), next.token_ids.end());
-      merged.text += next.text;
-      merged.logprobs.insert(merged.logprobs.end(), std::make_move_iterator(next.logprobs.begin()),
-                             std::make_move_iterator(next.logprobs.end()));
-      if (next.finished) {
-        next.token_ids = std::move(merged.token_ids);
-        next.text = std::move(merged.text);
-        next.logprobs = std::move(merged.logprobs);
-        merged = std::move(next);
-      }
-      events_.pop_front();
-    }
-    num_undelivered_tokens_ = 0;
-    for (const RequestEvent& e : events_) num_undelivered_tokens_ += static_cast<int>(e.token_ids.size());
-    return merged;
+    return PopMergedLocked();
+  }
+
+  // Pop without waiting: everything queued as one event, or nothing.
+  std::optional<RequestEvent> TryPop() {
+    absl::MutexLock lock(&mu_);
+    return PopMergedLocked();
   }
 
   int num_undelivered_tokens() const {
@@ -126,11 +127,36 @@ class RequestStream {
   }
 
  private:
+  std::optional<RequestEvent> PopMergedLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    if (events_.empty()) return std::nullopt;
+    RequestEvent merged = std::move(events_.front());
+    events_.pop_front();
+    while (!events_.empty() && !merged.finished) {
+      RequestEvent& next = events_.front();
+      merged.token_ids.insert(merged.token_ids.end(), next.token_ids.begin(), next.token_ids.end());
+      merged.text += next.text;
+      merged.logprobs.insert(merged.logprobs.end(), std::make_move_iterator(next.logprobs.begin()),
+                             std::make_move_iterator(next.logprobs.end()));
+      if (next.finished) {
+        next.token_ids = std::move(merged.token_ids);
+        next.text = std::move(merged.text);
+        next.logprobs = std::move(merged.logprobs);
+        merged = std::move(next);
+      }
+      events_.pop_front();
+    }
+    num_undelivered_tokens_ = 0;
+    for (const RequestEvent& e : events_) num_undelivered_tokens_ += static_cast<int>(e.token_ids.size());
+    return merged;
+  }
+
   const int max_undelivered_tokens_;
   mutable absl::Mutex mu_;
   std::deque<RequestEvent> events_ ABSL_GUARDED_BY(mu_);
   int num_undelivered_tokens_ ABSL_GUARDED_BY(mu_) = 0;
   std::function<void()> interrupt_ ABSL_GUARDED_BY(mu_);
+  absl::Mutex listener_mu_;
+  std::function<void()> listener_ ABSL_GUARDED_BY(listener_mu_);
 };
 
 }  // namespace tessera

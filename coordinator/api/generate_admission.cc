@@ -1,0 +1,50 @@
+#include "coordinator/api/generate_admission.h"
+
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "coordinator/metrics/engine_metrics.h"
+
+namespace tessera {
+
+bool Admission::AcquireStream() {
+  if (num_active_streams_.fetch_add(1) < limits_.max_concurrent_streams) return true;
+  num_active_streams_.fetch_sub(1);
+  return false;
+}
+
+grpc::Status Admission::TooManyStreams() const {
+  if (EngineMetrics* m = engine_->metrics(); m != nullptr) m->RequestRejected("too_many_streams");
+  return grpc::Status(grpc::StatusCode::RESOURCE_EXHAUSTED,
+                      absl::StrCat("the coordinator already serves ", limits_.max_concurrent_streams,
+                                   " Generate/GenerateStream calls (--max-concurrent-streams); retry later"));
+}
+
+absl::StatusOr<uint64_t> Admission::Start(const v1::GenerateRequest& request,
+                                          std::chrono::steady_clock::time_point deadline,
+                                          std::shared_ptr<RequestStream> stream, std::string* request_id,
+                                          std::vector<int32_t>* prompt) {
+  auto valid = ValidateGenerateRequest(request, *tokenizer_, limits_);
+  if (!valid.ok()) {
+    if (EngineMetrics* m = engine_->metrics(); m != nullptr) m->RequestRejected("invalid_argument");
+    return valid.status();
+  }
+  *request_id = valid->request_id.empty() ? absl::StrCat("req-", next_request_number_.fetch_add(1))
+                                          : valid->request_id;
+  *prompt = valid->prompt;
+  EngineRequest er;
+  er.request_id = *request_id;
+  er.prompt = std::move(valid->prompt);
+  er.options = valid->options;
+  er.sampling = valid->sampling;
+  er.stop_strings = std::move(valid->stop_strings);
+  er.stream = std::move(stream);
+  er.deadline = deadline;
+  auto seq = engine_->Submit(std::move(er));
+  if (!seq.ok()) {
+    if (EngineMetrics* m = engine_->metrics(); m != nullptr) m->RequestRejected("unavailable");
+  }
+  return seq;
+}
+
+}  // namespace tessera

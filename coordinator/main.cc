@@ -90,7 +90,9 @@ int main(int argc, char** argv) {
   flags.Int("max-undelivered-tokens", &max_undelivered_tokens,
             "Tokens a stream may have waiting for a client that does not read; past that the request is "
             "cancelled (RESOURCE_EXHAUSTED) and its KV blocks freed.");
-  int64_t max_queued_requests = 0, max_queued_tokens = 0, priority_aging = 0;
+  // Aging on by default: under strict priority a steady stream of high priorities starves
+  // the low ones forever.
+  int64_t max_queued_requests = 0, max_queued_tokens = 0, priority_aging = 256;
   flags.Int("max-queued-requests", &max_queued_requests,
             "Requests waiting per replica at most; beyond that RESOURCE_EXHAUSTED at once (0: no bound).");
   flags.Int("max-queued-tokens", &max_queued_tokens,
@@ -196,6 +198,7 @@ int main(int argc, char** argv) {
                                  tessera::DTypeName(config->torch_dtype), static_cast<int>(tp),
                                  static_cast<int>(replicas), static_cast<int>(block_size)};
   tessera::GenerationServiceImpl api(&engine, tokenizer->get(), limits, desc);
+  api.set_pending_workers([cluster = cluster->get()] { return cluster->PendingWorkers(); });
 
   grpc::EnableDefaultHealthCheckService(true);
   grpc::reflection::InitProtoReflectionServerBuilderPlugin();

@@ -83,6 +83,7 @@ void GenerationServiceImpl::DoGetModelInfo(v1::ModelInfo* info) {
   info->set_max_context(limits_.max_context);
   info->set_block_size(model_.block_size);
   info->set_vocab_size(limits_.vocab_size);
+  if (pending_workers_) info->set_pending_workers(static_cast<uint32_t>(pending_workers_()));
   uint64_t capacity = 0;
   uint32_t ready = 0;
   for (const ReplicaSnapshot& r : engine_->Snapshot()) {

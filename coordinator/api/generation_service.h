@@ -1,6 +1,7 @@
 #ifndef TESSERA_COORDINATOR_API_GENERATION_SERVICE_H_
 #define TESSERA_COORDINATOR_API_GENERATION_SERVICE_H_
 
+#include <functional>
 #include <string>
 
 #include "common/model_config.h"
@@ -39,6 +40,10 @@ class GenerationServiceImpl final : public v1::Generation::CallbackService {
   grpc::ServerUnaryReactor* GetModelInfo(grpc::CallbackServerContext* context,
                                          const v1::GetModelInfoRequest* request, v1::ModelInfo* response) override;
 
+  // Where GetModelInfo's pending_workers comes from (the cluster manager, which is built
+  // after the service's dependencies); set before serving.
+  void set_pending_workers(std::function<int()> count) { pending_workers_ = std::move(count); }
+
  private:
   grpc::Status DoTokenize(const v1::TokenizeRequest& request, v1::TokenizeResponse* response);
   void DoGetModelInfo(v1::ModelInfo* info);
@@ -48,6 +53,7 @@ class GenerationServiceImpl final : public v1::Generation::CallbackService {
   const ServingLimits limits_;
   const ModelDescription model_;
   Admission admission_;
+  std::function<int()> pending_workers_;
 };
 
 }  // namespace tessera

@@ -89,8 +89,7 @@ grpc::Status ClusterManager::RegisterWorker(grpc::ServerContext*, const v1::Regi
   response->set_worker_id(id);
   response->set_heartbeat_interval_ms(static_cast<uint32_t>(options_.heartbeat_interval.count()));
   response->set_session_timeout_ms(static_cast<uint32_t>(options_.session_timeout.count()));
-  int waiting = 0;
-  for (const auto& [_, s] : workers_) waiting += s.replica < 0;
+  const int waiting = CountPending();
   std::fprintf(stderr,
                "tessera-coordinator: worker %s registered as %s (replica hint %d, rank hint %d; %d waiting "
                "for a group)\n",
@@ -165,9 +164,18 @@ void ClusterManager::Housekeep(const std::vector<bool>& ready) {
                                         "worker ", address, " stopped heartbeating")));
     }
   }
+  if (engine_->metrics() != nullptr) engine_->metrics()->SetPendingWorkers(CountPending());
+}
+
+int ClusterManager::CountPending() const {
   int waiting = 0;
   for (const auto& [_, s] : workers_) waiting += s.replica < 0;
-  if (engine_->metrics() != nullptr) engine_->metrics()->SetPendingWorkers(waiting);
+  return waiting;
+}
+
+int ClusterManager::PendingWorkers() const {
+  absl::MutexLock lock(&mu_);
+  return CountPending();
 }
 
 void ClusterManager::FormLoop() {

@@ -47,6 +47,9 @@ class ClusterManager final : public v1::Cluster::Service {
   grpc::Status Heartbeat(grpc::ServerContext* context, const v1::HeartbeatRequest* request,
                          v1::HeartbeatResponse* response) override;
 
+  // Registered workers not in a formed group (GetModelInfo's pending_workers).
+  int PendingWorkers() const ABSL_LOCKS_EXCLUDED(mu_);
+
  private:
   // A replica handed to the engine, and whether the engine has shown it ready yet.
   struct Formed {
@@ -63,6 +66,7 @@ class ClusterManager final : public v1::Cluster::Service {
   void Drop(const std::string& id, const std::string& reason, const char* event)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void Event(const char* event) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  int CountPending() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   ClusterOptions options_;
   Engine* engine_;

@@ -34,6 +34,12 @@ bool WaitFor(F&& done, std::chrono::milliseconds timeout) {
   return false;
 }
 
+// -1 when GetModelInfo fails.
+int PendingWorkers(Cluster& c) {
+  auto info = c.ModelInfo();
+  return info.ok() ? static_cast<int>(info->pending_workers()) : -1;
+}
+
 int ReadyReplicas(Cluster& c) {
   auto info = c.ModelInfo();
   return info.ok() ? static_cast<int>(info->ready_replicas()) : -1;
@@ -115,6 +121,9 @@ TEST(MembershipTest, RestartedWorkerReformsItsGroupAndTheSurvivorRejoins) {
   EXPECT_TRUE(WaitFor([&] { return WorkerReadiness(survivor) == HealthCheckResponse::NOT_SERVING; },
                       std::chrono::seconds(15)))
       << cluster->Logs();
+  // GetModelInfo shows the group state: the survivor waits for a partner.
+  EXPECT_TRUE(WaitFor([&] { return PendingWorkers(*cluster) == 1; }, std::chrono::seconds(15)))
+      << cluster->Logs();
 
   const auto restarted_at = Clock::now();
   auto fresh = cluster->Restart(victim);
@@ -125,6 +134,7 @@ TEST(MembershipTest, RestartedWorkerReformsItsGroupAndTheSurvivorRejoins) {
   EXPECT_LT(recovery_s, 10.0);
   EXPECT_TRUE(WaitFor([&] { return WorkerReadiness(survivor) == HealthCheckResponse::SERVING; },
                       std::chrono::seconds(5)));
+  EXPECT_EQ(PendingWorkers(*cluster), 0);
   UnaryResult r = RunUnary(cluster->api(), GreedyIds({1, 50, 51}, 4));
   ASSERT_TRUE(r.status.ok()) << r.status.error_message() << "\n" << cluster->Logs();
   EXPECT_EQ(r.ids().size(), 4u);

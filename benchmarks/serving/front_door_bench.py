@@ -15,32 +15,11 @@ Usage: front_door_bench.py --build-dir BUILD [--model DIR] [--streams N] [--out 
 """
 import argparse
 import json
-import os
 import pathlib
-import socket
 import subprocess
 import sys
-import tempfile
-import time
-import urllib.request
 
-
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def wait_ready(metrics_port, timeout_s):
-    deadline = time.time() + timeout_s
-    while time.time() < deadline:
-        try:
-            if urllib.request.urlopen(f"http://127.0.0.1:{metrics_port}/readyz", timeout=2).status == 200:
-                return True
-        except OSError:
-            pass
-        time.sleep(0.2)
-    return False
+from local_cluster import LocalCluster, missing_model_exit_code
 
 
 def main():
@@ -55,47 +34,28 @@ def main():
     p.add_argument("--kv-memory-mb", type=int, default=256)
     p.add_argument("--deadline-s", type=int, default=180)
     a = p.parse_args()
-    if not (a.model / "model.safetensors").exists():
-        print(f"front_door_bench: model not found at {a.model}", file=sys.stderr)
-        return 1 if os.environ.get("CI") in ("true", "1") else 77
+    missing = missing_model_exit_code(a.model, "front_door_bench")
+    if missing is not None:
+        return missing
     bin_dir = a.build_dir / "bin"
-    work = pathlib.Path(tempfile.mkdtemp(prefix="tessera-front-door-"))
-    port, cluster_port, metrics_port = free_port(), free_port(), free_port()
     coordinator_flags = ["--max-concurrent-streams", str(a.streams + 100), "--max-num-seqs", str(a.streams),
                          "--max-num-batched-tokens", "16384", "--kv-memory-mb", str(a.kv_memory_mb)]
-    coordinator = subprocess.Popen(
-        [str(bin_dir / "tessera-coordinator"), "--model", str(a.model), "--port", str(port),
-         "--cluster-port", str(cluster_port), "--metrics-port", str(metrics_port)] + coordinator_flags,
-        stdout=open(work / "coordinator.log", "w"), stderr=subprocess.STDOUT)
-    time.sleep(0.5)
-    worker = subprocess.Popen(
-        [str(bin_dir / "tessera-worker"), "--coordinator", f"127.0.0.1:{cluster_port}", "--threads", "1",
-         "--metrics-port", "0"],
-        stdout=open(work / "worker.log", "w"), stderr=subprocess.STDOUT)
-    try:
-        if not wait_ready(metrics_port, 120):
-            print(f"front_door_bench: coordinator not ready; logs in {work}", file=sys.stderr)
+    with LocalCluster(a.build_dir, a.model, coordinator_flags, "tessera-front-door-") as cluster:
+        if not cluster.wait_ready(120):
+            print(f"front_door_bench: coordinator not ready; logs in {cluster.work}", file=sys.stderr)
             return 1
-        out = work / "result.json"
+        out = cluster.work / "result.json"
         # The machine may be shared: the 1-minute load when the run starts says how much.
         load_before = float(pathlib.Path("/proc/loadavg").read_text().split()[0])
         bench = subprocess.run(
-            [str(bin_dir / "tessera-front-door-bench"), "--address", f"127.0.0.1:{port}", "--coordinator-pid",
-             str(coordinator.pid), "--streams", str(a.streams), "--channels", str(a.channels),
+            [str(bin_dir / "tessera-front-door-bench"), "--address", cluster.address, "--coordinator-pid",
+             str(cluster.coordinator.pid), "--streams", str(a.streams), "--channels", str(a.channels),
              "--max-new-tokens", str(a.max_new_tokens), "--deadline-s", str(a.deadline_s), "--out", str(out)],
             stdout=subprocess.DEVNULL)
         if not out.exists():
             print(f"front_door_bench: the bench wrote no result (exit {bench.returncode})", file=sys.stderr)
             return 1
         result = json.loads(out.read_text())
-    finally:
-        for proc in (coordinator, worker):
-            proc.terminate()
-        for proc in (coordinator, worker):
-            try:
-                proc.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                proc.kill()
     result["conditions"]["model"] = a.model.name
     result["conditions"]["tp"] = 1
     result["conditions"]["coordinator_flags"] = coordinator_flags

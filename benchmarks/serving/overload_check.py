@@ -18,20 +18,11 @@ Usage: overload_check.py --build-dir BUILD [--model DIR] [--out FILE]
 """
 import argparse
 import json
-import os
 import pathlib
-import socket
 import subprocess
 import sys
-import tempfile
-import time
-import urllib.request
 
-
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+from local_cluster import LocalCluster, missing_model_exit_code
 
 
 def metric(text, name, label):
@@ -64,44 +55,26 @@ def main():
     p.add_argument("--senders", type=int, default=256, help="tessera-bench --max-concurrency")
     a = p.parse_args()
 
-    if not (a.model / "model.safetensors").exists():
-        print(f"overload_check: model not found at {a.model}", file=sys.stderr)
-        return 1 if os.environ.get("CI") in ("true", "1") else 77
+    missing = missing_model_exit_code(a.model, "overload_check")
+    if missing is not None:
+        return missing
     bin_dir = a.build_dir / "bin"
-    work = pathlib.Path(tempfile.mkdtemp(prefix="tessera-overload-"))
-    port, cluster_port, metrics_port = free_port(), free_port(), free_port()
-    address = f"127.0.0.1:{port}"
-    coordinator = subprocess.Popen(
-        [str(bin_dir / "tessera-coordinator"), "--model", str(a.model), "--port", str(port),
-         "--cluster-port", str(cluster_port), "--metrics-port", str(metrics_port), "--kv-memory-mb", "64",
-         "--max-num-seqs", str(a.max_num_seqs), "--max-queued-requests", str(a.max_queued_requests)],
-        stdout=open(work / "coordinator.log", "w"), stderr=subprocess.STDOUT)
-    time.sleep(0.5)
-    worker = subprocess.Popen(
-        [str(bin_dir / "tessera-worker"), "--coordinator", f"127.0.0.1:{cluster_port}", "--threads", "1",
-         "--metrics-port", "0"],
-        stdout=open(work / "worker.log", "w"), stderr=subprocess.STDOUT)
-    try:
+    flags = ["--kv-memory-mb", "64", "--max-num-seqs", str(a.max_num_seqs),
+             "--max-queued-requests", str(a.max_queued_requests)]
+    with LocalCluster(a.build_dir, a.model, flags, "tessera-overload-") as cluster:
+        work, address = cluster.work, cluster.address
         common = ["--input-len", str(a.input_len), "--output-len", str(a.output_len), "--timeout-s", "120",
                   "--max-concurrency", str(a.senders)]
         saturation = run_bench(bin_dir, address, work / "saturation.json",
                                common + ["--num-requests", str(a.saturation_requests), "--request-rate", "0",
                                          "--max-concurrency", str(a.max_num_seqs)])
         sat_rps = saturation["metrics"]["request_throughput_rps"]
-        before = urllib.request.urlopen(f"http://127.0.0.1:{metrics_port}/metrics").read().decode()
+        before = cluster.metrics()
         rate = a.rate_factor * sat_rps
         overload = run_bench(bin_dir, address, work / "overload.json",
                              common + ["--num-requests", str(a.requests), "--request-rate", f"{rate:.3f}",
                                        "--warmup", "0", "--seed", "1"])
-        after = urllib.request.urlopen(f"http://127.0.0.1:{metrics_port}/metrics").read().decode()
-    finally:
-        for proc in (coordinator, worker):
-            proc.terminate()
-        for proc in (coordinator, worker):
-            try:
-                proc.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                proc.kill()
+        after = cluster.metrics()
 
     m = overload["metrics"]
     refused_seen = m["failures_by_code"].get("RESOURCE_EXHAUSTED", 0)

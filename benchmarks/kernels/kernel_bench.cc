@@ -68,10 +68,18 @@ void SetRates(benchmark::State& state, double bytes, double flops) {
 // GEMVs read their weights from memory as they do in a real forward pass.
 constexpr size_t kRotationBytes = size_t{512} << 20;
 
-// Args: m, N, K, dtype.
+// Args: m, N, K, dtype, SIMD level (-1: the detected one).
 void BM_Gemm(benchmark::State& state) {
   const int64_t m = state.range(0), n = state.range(1), k = state.range(2);
   const auto dtype = static_cast<DType>(state.range(3));
+  if (state.range(4) >= 0) {
+    const auto wanted = static_cast<SimdLevel>(state.range(4));
+    if (SetSimdLevelOverride(wanted) != wanted) {
+      state.SkipWithError("SIMD level not supported by this CPU");
+      ClearSimdLevelOverride();
+      return;
+    }
+  }
   const size_t w_bytes = static_cast<size_t>(n * k) * DTypeSize(dtype);
   const size_t copies = std::clamp<size_t>(kRotationBytes / w_bytes, 1, 64);
   std::vector<std::vector<uint8_t>> weights(copies);
@@ -91,16 +99,26 @@ void BM_Gemm(benchmark::State& state) {
     next = (next + 1) % copies;
   }
   SetRates(state, static_cast<double>(w_bytes) + 4.0 * (m * k + m * n), 2.0 * m * n * k);
+  ClearSimdLevelOverride();
 }
 
+// The shapes of the 1B side-by-side model (hidden 2048, intermediate 5632, 4 of 32 heads
+// for K/V): fused qkv, fused gate/up, down; decode (m = 1), batched decode, prefill.
 void GemmArgs(benchmark::internal::Benchmark* b) {
-  for (DType dtype : {DType::kF32, DType::kBF16}) {
-    for (int64_t m : {1, 64}) {
-      b->Args({m, 2048, 2048, static_cast<int64_t>(dtype)});
-      b->Args({m, 8192, 2048, static_cast<int64_t>(dtype)});
+  const int64_t kAuto = -1;
+  for (int64_t m : {1, 64}) {
+    b->Args({m, 2048, 2048, static_cast<int64_t>(DType::kF32), kAuto});
+  }
+  for (int64_t level : {static_cast<int64_t>(SimdLevel::kAvx512),
+                        static_cast<int64_t>(SimdLevel::kAvx512Bf16)}) {
+    for (int64_t m : {1, 4, 32, 128}) {
+      const int64_t bf16 = static_cast<int64_t>(DType::kBF16);
+      b->Args({m, 2560, 2048, bf16, level});
+      b->Args({m, 11264, 2048, bf16, level});
+      b->Args({m, 2048, 5632, bf16, level});
     }
   }
-  b->ArgNames({"m", "N", "K", "dtype"});
+  b->ArgNames({"m", "N", "K", "dtype", "level"});
   b->UseRealTime();
 }
 BENCHMARK(BM_Gemm)->Apply(GemmArgs);

@@ -14,6 +14,7 @@
 #include "kernels/cpu/attention.h"
 #include "kernels/cpu/elementwise.h"
 #include "kernels/cpu/gemm.h"
+#include "kernels/cpu/host_memory.h"
 #include "kernels/cpu/norm.h"
 #include "kernels/cpu/rope.h"
 #include "kernels/cpu/thread_pool.h"
@@ -48,16 +49,8 @@ class CpuBackend final : public Backend {
 
   std::string_view name() const override { return "cpu"; }
 
-  void* Allocate(size_t bytes) override {
-    // aligned_alloc wants a multiple of the alignment; a zero-byte request still gets a
-    // distinct pointer so nullptr keeps meaning "out of memory".
-    const size_t rounded =
-        (std::max<size_t>(bytes, 1) + kCpuAllocAlignment - 1) / kCpuAllocAlignment *
-        kCpuAllocAlignment;
-    if (rounded < bytes) return nullptr;  // Overflow.
-    return std::aligned_alloc(kCpuAllocAlignment, rounded);
-  }
-  void Free(void* ptr) override { std::free(ptr); }
+  void* Allocate(size_t bytes) override { return AllocateHostMemory(bytes, kCpuAllocAlignment); }
+  void Free(void* ptr) override { FreeHostMemory(ptr); }
   void CopyToDevice(void* dst, const void* host_src, size_t bytes) override {
     if (bytes > 0) std::memcpy(dst, host_src, bytes);
   }

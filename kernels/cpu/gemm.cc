@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <vector>
 
 #include "common/dtype.h"
 #include "kernels/cpu/gemm_microkernels.h"
@@ -45,12 +46,13 @@ namespace {
 
 using gemm_internal::KernelSet;
 
-// Blocking. A tile is kMBlock rows of x against kNBlock rows of W; tiles are the unit of
-// parallel work. Inside a tile, K goes in chunks of kKChunk so the W rows of a micro-tile
-// stay in L1 while every row block of x passes over them, and the tile's x rows stay in
-// L2. Decode (m <= kMBlock) reads each weight row from memory once for all rows of x.
+// Blocking. A tile is kMBlock rows of x against kNBlockTiles micro-tiles of W rows; tiles
+// are the unit of parallel work. Inside a tile, K goes in chunks of kKChunk so the W rows
+// of a micro-tile stay in L1 while every row block of x passes over them, and the tile's x
+// rows stay in L2. Decode (m <= kMBlock) reads each weight row from memory once for all
+// rows of x.
 constexpr int64_t kMBlock = 64;
-constexpr int64_t kNBlock = 16;
+constexpr int64_t kNBlockTiles = 4;
 constexpr int64_t kKChunk = 1024;
 // Below this many multiply-adds, waking the pool costs more than it saves.
 constexpr int64_t kMinParallelWork = int64_t{1} << 15;
@@ -64,9 +66,12 @@ int DTypeIndex(DType t) {
   return 0;
 }
 
-const KernelSet& KernelsFor(SimdLevel level) {
+const KernelSet& KernelsFor(SimdLevel level, DType dtype) {
   if (level > DetectSimdLevel()) level = SimdLevel::kScalar;
   switch (level) {
+    case SimdLevel::kAvx512Bf16:
+      if (dtype == DType::kBF16) return gemm_internal::Avx512Bf16Kernels();
+      return gemm_internal::Avx512Kernels();
     case SimdLevel::kAvx512: return gemm_internal::Avx512Kernels();
     case SimdLevel::kAvx2: return gemm_internal::Avx2Kernels();
     case SimdLevel::kScalar: break;
@@ -85,25 +90,51 @@ void GemmAtLevel(SimdLevel level, const float* x, int64_t m, const MatrixView& w
     std::memset(y, 0, static_cast<size_t>(m * n) * sizeof(float));
     return;
   }
-  const KernelSet& ks = KernelsFor(level);
+  const KernelSet& ks = KernelsFor(level, w.dtype);
   const int d = DTypeIndex(w.dtype);
   const size_t elem = DTypeSize(w.dtype);
   const auto* w_bytes = static_cast<const char*>(w.data);
+
+  // The kernels' view of x: the float rows as given, or their BF16 rounding padded to a
+  // whole vector step (kept per calling thread, so steady-state steps allocate nothing).
+  const void* x_rows = x;
+  int64_t ldx = k;
+  size_t x_elem = sizeof(float);
+  if (ks.bf16_activations) {
+    thread_local std::vector<uint16_t> rounded;
+    ldx = (k + ks.width - 1) / ks.width * ks.width;
+    if (rounded.size() < static_cast<size_t>(m * ldx)) rounded.resize(m * ldx);
+    // A lambda naming `rounded` would reach each pool thread's own copy: pass the pointer.
+    uint16_t* const rounded_data = rounded.data();
+    auto round_rows = [&](int64_t begin, int64_t end) {
+      gemm_internal::RoundRowsToBf16(x + begin * k, end - begin, k, k,
+                                     rounded_data + begin * ldx, ldx);
+    };
+    if (pool == nullptr || m * k < kMinParallelWork) {
+      round_rows(0, m);
+    } else {
+      pool->ParallelFor(m, 1, round_rows);
+    }
+    x_rows = rounded_data;
+    x_elem = sizeof(uint16_t);
+  }
+  const auto* x_bytes = static_cast<const char*>(x_rows);
 
   // With a single micro-tile of rows, nothing would reuse a K chunk: skip chunking and its
   // partial-sum stores.
   const int64_t k_chunk = m <= ks.mr ? k : kKChunk;
   const int64_t m_block = std::min(m, kMBlock);
   const int64_t m_tiles = (m + m_block - 1) / m_block;
-  const int64_t n_tiles = (n + kNBlock - 1) / kNBlock;
+  const int64_t n_block = kNBlockTiles * ks.nr;
+  const int64_t n_tiles = (n + n_block - 1) / n_block;
 
   auto run_tiles = [&](int64_t tile_begin, int64_t tile_end) {
     for (int64_t tile = tile_begin; tile < tile_end; ++tile) {
       // Row block outermost, so threads running at once share the same rows of x.
       const int64_t m_begin = (tile / n_tiles) * m_block;
       const int64_t m_end = std::min(m, m_begin + m_block);
-      const int64_t n_begin = (tile % n_tiles) * kNBlock;
-      const int64_t n_end = std::min(n, n_begin + kNBlock);
+      const int64_t n_begin = (tile % n_tiles) * n_block;
+      const int64_t n_end = std::min(n, n_begin + n_block);
       for (int64_t k0 = 0; k0 < k; k0 += k_chunk) {
         const int64_t kc = std::min(k_chunk, k - k0);
         const bool accumulate = k0 > 0;
@@ -113,8 +144,9 @@ void GemmAtLevel(SimdLevel level, const float* x, int64_t m, const MatrixView& w
           const void* w_rows = w_bytes + static_cast<size_t>(n0 * k) * elem;
           for (int64_t m0 = m_begin; m0 < m_end;) {
             const int mr = static_cast<int>(std::min<int64_t>(ks.mr, m_end - m0));
-            ks.fn[d][mr - 1][wide ? 0 : 1](x + m0 * k, k, w_rows, k, k0, kc, y + m0 * n + n0,
-                                           n, accumulate);
+            ks.fn[d][mr - 1][wide ? 0 : 1](x_bytes + static_cast<size_t>(m0 * ldx) * x_elem,
+                                           ldx, w_rows, k, k0, kc, y + m0 * n + n0, n,
+                                           accumulate);
             m0 += mr;
           }
           n0 += nr;

@@ -15,7 +15,15 @@ std::atomic<int> g_override{-1};
 SimdLevel Detect() {
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
   __builtin_cpu_init();
-  if (__builtin_cpu_supports("avx512f")) return SimdLevel::kAvx512;
+  if (__builtin_cpu_supports("avx512f")) {
+    // GCC 12's __builtin_cpu_supports knows no "avx512bf16": CPUID leaf 7 subleaf 1, EAX bit 5.
+    unsigned eax = 0, ebx = 0, ecx = 0, edx = 0;
+    const bool bf16 = __get_cpuid_count(7, 1, &eax, &ebx, &ecx, &edx) != 0 && (eax & (1u << 5));
+    if (bf16 && __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512vl")) {
+      return SimdLevel::kAvx512Bf16;
+    }
+    return SimdLevel::kAvx512;
+  }
   // GCC 12's __builtin_cpu_supports("f16c") reads 0 even where CPUID has it: ask CPUID.
   unsigned eax = 0, ebx = 0, ecx = 0, edx = 0;
   const bool f16c = __get_cpuid(1, &eax, &ebx, &ecx, &edx) != 0 && (ecx & bit_F16C) != 0;
@@ -33,6 +41,7 @@ const char* SimdLevelName(SimdLevel level) {
     case SimdLevel::kScalar: return "scalar";
     case SimdLevel::kAvx2: return "avx2";
     case SimdLevel::kAvx512: return "avx512";
+    case SimdLevel::kAvx512Bf16: return "avx512bf16";
   }
   return "?";
 }

@@ -99,6 +99,7 @@ const VecOps& GetVecOps(SimdLevel level) {
   static const VecOps kAvx512{&DotAvx512, &AxpyAvx512};
   if (level > DetectSimdLevel()) return kScalar;
   switch (level) {
+    case SimdLevel::kAvx512Bf16:
     case SimdLevel::kAvx512: return kAvx512;
     case SimdLevel::kAvx2: return kAvx2;
     case SimdLevel::kScalar: break;

@@ -1,7 +1,9 @@
 #include "kernels/cpu/cpu_backend.h"
+#include "kernels/cpu/host_memory.h"
 
 #include <cmath>
 #include <cstdint>
+#include <cstdio>
 #include <cstring>
 #include <fstream>
 #include <memory>
@@ -36,6 +38,27 @@ TEST(CpuBackendTest, AllocationsAreAlignedAndDistinct) {
   }
   for (void* p : ptrs) backend->Free(p);
   backend->Free(nullptr);
+}
+
+// Weights and KV caches go to 2 MiB-aligned mappings that may use transparent huge pages;
+// they must be whole, writable, distinct, and go back to the system when freed.
+TEST(CpuBackendTest, LargeAllocationsAreHugePageAligned) {
+  std::unique_ptr<Backend> backend = MakeCpuBackend(1);
+  std::vector<void*> ptrs;
+  for (size_t bytes : {kHugePageBytes, 3 * kHugePageBytes + 5, size_t{40} << 20}) {
+    void* p = backend->Allocate(bytes);
+    ASSERT_NE(p, nullptr) << bytes << " bytes";
+    EXPECT_EQ(reinterpret_cast<uintptr_t>(p) % kHugePageBytes, 0u) << bytes << " bytes";
+    std::memset(p, 0x5a, bytes);
+    EXPECT_EQ(static_cast<unsigned char*>(p)[bytes - 1], 0x5a);
+    ptrs.push_back(p);
+  }
+  std::printf("huge pages in use: %zu MiB\n", ProcessHugePageBytes() >> 20);
+  for (void* p : ptrs) backend->Free(p);
+  // Another round reuses the address space rather than leaking it.
+  void* again = backend->Allocate(size_t{40} << 20);
+  ASSERT_NE(again, nullptr);
+  backend->Free(again);
 }
 
 TEST(CpuBackendTest, CopiesRoundTrip) {

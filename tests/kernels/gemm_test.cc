@@ -39,6 +39,15 @@ void ExpectMatchesReference(const std::vector<float>& x, const std::vector<float
   }
 }
 
+// What the kernel multiplies by: x itself, or its BF16 rounding on the path that rounds
+// activations for BF16 weights (the products and sums must still be exact to float).
+std::vector<float> ActivationsAsUsed(const std::vector<float>& x, DType dtype, SimdLevel level) {
+  if (level != SimdLevel::kAvx512Bf16 || dtype != DType::kBF16) return x;
+  std::vector<float> rounded(x.size());
+  for (size_t i = 0; i < x.size(); ++i) rounded[i] = Bf16ToF32(F32ToBf16(x[i]));
+  return rounded;
+}
+
 class GemmTest : public ::testing::TestWithParam<std::tuple<DType, SimdLevel, int>> {};
 
 TEST_P(GemmTest, MatchesNaiveProductOnAwkwardSizes) {
@@ -54,7 +63,8 @@ TEST_P(GemmTest, MatchesNaiveProductOnAwkwardSizes) {
         std::vector<float> y(m * n, std::nanf(""));
         GemmAtLevel(level, x.data(), m, MatrixView{w.bytes.data(), dtype, n, k}, y.data(),
                     &pool);
-        ExpectMatchesReference(x, w.values, m, n, k, y, DTypeName(dtype));
+        ExpectMatchesReference(ActivationsAsUsed(x, dtype, level), w.values, m, n, k, y,
+                               DTypeName(dtype));
       }
     }
   }
@@ -71,14 +81,52 @@ TEST_P(GemmTest, MatchesNaiveProductAcrossBlocks) {
   const StoredMatrix w = MakeStoredMatrix(n * k, dtype, 8);
   std::vector<float> y(m * n, std::nanf(""));
   GemmAtLevel(level, x.data(), m, MatrixView{w.bytes.data(), dtype, n, k}, y.data(), &pool);
-  ExpectMatchesReference(x, w.values, m, n, k, y, DTypeName(dtype));
+  ExpectMatchesReference(ActivationsAsUsed(x, dtype, level), w.values, m, n, k, y,
+                         DTypeName(dtype));
+}
+
+// Decode and prefill shapes of a real layer: K chunks of the BF16 path (multiples of its
+// 32-element step) and every micro-tile width, against the same reference.
+TEST_P(GemmTest, MatchesNaiveProductAtLayerShapes) {
+  const auto [dtype, level, threads] = GetParam();
+  if (level > DetectSimdLevel()) GTEST_SKIP() << SimdLevelName(level) << " not on this CPU";
+  ThreadPool pool(threads);
+  for (int64_t m : {1, 4, 9, 70}) {
+    const int64_t n = 103, k = 2080;
+    const std::vector<float> x = RandomFloats(m * k, 21 + m);
+    const StoredMatrix w = MakeStoredMatrix(n * k, dtype, 22 + m);
+    std::vector<float> y(m * n, std::nanf(""));
+    GemmAtLevel(level, x.data(), m, MatrixView{w.bytes.data(), dtype, n, k}, y.data(), &pool);
+    ExpectMatchesReference(ActivationsAsUsed(x, dtype, level), w.values, m, n, k, y,
+                           DTypeName(dtype));
+  }
+}
+
+// Rounding the activations is the only loss of the BF16 path: against the float product
+// it stays within BF16's relative step (2^-8) of sum |x * w|.
+TEST(GemmBf16Test, RoundedActivationsStayCloseToTheFloatProduct) {
+  if (DetectSimdLevel() < SimdLevel::kAvx512Bf16) GTEST_SKIP() << "no AVX512-BF16 on this CPU";
+  const int64_t m = 6, n = 40, k = 777;
+  const std::vector<float> x = RandomFloats(m * k, 31);
+  const StoredMatrix w = MakeStoredMatrix(n * k, DType::kBF16, 32);
+  std::vector<float> bf16(m * n), f32(m * n);
+  const MatrixView view{w.bytes.data(), DType::kBF16, n, k};
+  GemmAtLevel(SimdLevel::kAvx512Bf16, x.data(), m, view, bf16.data(), nullptr);
+  GemmAtLevel(SimdLevel::kAvx512, x.data(), m, view, f32.data(), nullptr);
+  for (int64_t i = 0; i < m; ++i) {
+    for (int64_t j = 0; j < n; ++j) {
+      double magnitude = 0.0;
+      for (int64_t kk = 0; kk < k; ++kk) magnitude += std::fabs(x[i * k + kk] * w.values[j * k + kk]);
+      EXPECT_NEAR(bf16[i * n + j], f32[i * n + j], magnitude / 256.0) << i << ", " << j;
+    }
+  }
 }
 
 INSTANTIATE_TEST_SUITE_P(
     AllPaths, GemmTest,
     ::testing::Combine(::testing::Values(DType::kF32, DType::kBF16, DType::kF16),
                        ::testing::Values(SimdLevel::kScalar, SimdLevel::kAvx2,
-                                         SimdLevel::kAvx512),
+                                         SimdLevel::kAvx512, SimdLevel::kAvx512Bf16),
                        ::testing::Values(1, 3)),
     [](const auto& info) {
       return std::string(DTypeName(std::get<0>(info.param))) + "_" +
@@ -90,7 +138,7 @@ TEST(GemmDispatchTest, PicksTheWidestSupportedPath) {
 #if defined(__x86_64__)
   __builtin_cpu_init();
   if (__builtin_cpu_supports("avx512f")) {
-    EXPECT_EQ(DetectSimdLevel(), SimdLevel::kAvx512);
+    EXPECT_GE(DetectSimdLevel(), SimdLevel::kAvx512);
   } else if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) {
     EXPECT_EQ(DetectSimdLevel(), SimdLevel::kAvx2);
   } else {
@@ -115,14 +163,13 @@ TEST(GemmDispatchTest, ForcedScalarPathGivesTheSameResults) {
   ClearSimdLevelOverride();
   EXPECT_EQ(ActiveSimdLevel(), DetectSimdLevel());
 
-  for (int64_t i = 0; i < m * n; ++i) {
-    EXPECT_NEAR(automatic[i], scalar[i], 1e-5 * (std::fabs(scalar[i]) + 1.0)) << "index " << i;
-  }
+  ExpectMatchesReference(ActivationsAsUsed(x, DType::kBF16, DetectSimdLevel()), w.values, m, n,
+                         k, automatic, "automatic");
   ExpectMatchesReference(x, w.values, m, n, k, scalar, "scalar");
 }
 
 TEST(GemmDispatchTest, OverrideIsClampedToTheCpu) {
-  const SimdLevel got = SetSimdLevelOverride(SimdLevel::kAvx512);
+  const SimdLevel got = SetSimdLevelOverride(SimdLevel::kAvx512Bf16);
   EXPECT_EQ(got, DetectSimdLevel());
   ClearSimdLevelOverride();
 }

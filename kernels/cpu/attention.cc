@@ -6,6 +6,7 @@
 #include <limits>
 #include <vector>
 
+#include "kernels/cpu/attention_internal.h"
 #include "kernels/cpu/vec_ops.h"
 
 namespace tessera::kernels {
@@ -104,6 +105,10 @@ void PagedAttentionAtLevel(SimdLevel level, const float* q, int q_stride,
   const int head_dim = shape.head_dim;
   const int group = std::max(1, num_q_heads / shape.num_kv_heads);
   const VecOps& ops = GetVecOps(level);
+  attention_internal::AttendHeadsFn wide = nullptr;
+  if (level >= SimdLevel::kAvx512 && level <= DetectSimdLevel()) {
+    wide = attention_internal::Avx512AttendHeads(head_dim);
+  }
 
   std::vector<TokenInfo> tokens(batch.num_tokens, TokenInfo{0, -1});
   for (int s = 0; s < batch.num_seqs; ++s) {
@@ -136,8 +141,14 @@ void PagedAttentionAtLevel(SimdLevel level, const float* q, int q_stride,
       const TokenInfo& info = tokens[t];
       const int32_t* table =
           batch.block_tables + static_cast<int64_t>(info.seq) * batch.max_blocks_per_seq;
-      AttendHeads(ops, q + t * q_stride, table, info.position, batch.sliding_window, head_begin,
-                  head_end, group, k_cache, v_cache, shape, scale, scores, out + t * out_stride);
+      if (wide != nullptr) {
+        wide(q + t * q_stride, table, info.position, batch.sliding_window, head_begin, head_end,
+             group, k_cache, v_cache, shape, scale, scores, out + t * out_stride);
+      } else {
+        AttendHeads(ops, q + t * q_stride, table, info.position, batch.sliding_window,
+                    head_begin, head_end, group, k_cache, v_cache, shape, scale, scores,
+                    out + t * out_stride);
+      }
     }
   };
   const int64_t units = static_cast<int64_t>(batch.num_tokens) * runs;

@@ -122,7 +122,7 @@ void GemmAtLevel(SimdLevel level, const float* x, int64_t m, const MatrixView& w
 
   // With a single micro-tile of rows, nothing would reuse a K chunk: skip chunking and its
   // partial-sum stores.
-  const int64_t k_chunk = m <= ks.mr ? k : kKChunk;
+  const int64_t k_chunk = m <= ks.mr || !ks.chunk_k ? k : kKChunk;
   const int64_t m_block = std::min(m, kMBlock);
   const int64_t m_tiles = (m + m_block - 1) / m_block;
   const int64_t n_block = kNBlockTiles * ks.nr;

@@ -133,6 +133,10 @@ gemm_internal::KernelSet MakeKernelSet() {
   set.nr = kNr;
   set.width = kStep;
   set.bf16_activations = true;
+  // Measured on Zen 4 at the 1B shapes (m = 128): 1024-element chunks spent about a fifth
+  // of the time in horizontal sums; whole K runs 1.3-1.9x faster, the weight panel coming
+  // from L2 rather than L1.
+  set.chunk_k = false;
   FillKernels<1>(set);
   return set;
 }

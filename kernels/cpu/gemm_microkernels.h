@@ -22,6 +22,9 @@ struct KernelSet {
   // x must be handed over as BF16 rows (RoundRowsToBf16), each zero-padded to a multiple
   // of `width` elements.
   bool bf16_activations = false;
+  // Whether the driver splits K into chunks (partial sums stored between them). A set whose
+  // horizontal sums are costly relative to a chunk (BF16: 32 elements a step) runs whole K.
+  bool chunk_k = true;
   // [dtype index (F32, F16, BF16)][rows of x - 1][0: nr rows of W, 1: one row of W].
   // A null entry: the set has no kernel for that dtype.
   MicroKernelFn fn[3][kMaxMr][2] = {};

@@ -158,7 +158,7 @@ TEST_P(PagedAttentionTest, MixedDecodeAndPrefillMatchesReference) {
     }
   }
   ThreadPool pool(threads);
-  for (int head_dim : {64, 20}) {
+  for (int head_dim : {64, 128, 20}) {
     const Scenario sc = MakeScenario(contexts, new_tokens, block_size, /*num_kv_heads=*/2,
                                      group, head_dim, 100 + head_dim);
     const float scale = 1.0f / std::sqrt(static_cast<float>(head_dim));

@@ -6,6 +6,8 @@
 #include <memory>
 #include <vector>
 
+#include "kernels/cpu/host_memory.h"
+
 namespace tessera::bench {
 namespace {
 constexpr int64_t kGrain = int64_t{1} << 16;  // 512 KiB of words per chunk at least.
@@ -37,7 +39,11 @@ BandwidthResult MeasureReadBandwidth(kernels::ThreadPool& pool, size_t buffer_by
   r.buffer_bytes = count * sizeof(uint64_t);
   r.threads = pool.num_threads();
   r.repetitions = std::max(repetitions, 1);
-  std::unique_ptr<uint64_t[]> words(new uint64_t[count]);
+  // The same huge-page allocation as the weights (kernels/cpu/host_memory.h), so the
+  // ceiling is not lowered by TLB misses the decode step does not have.
+  std::unique_ptr<uint64_t, void (*)(void*)> words(
+      static_cast<uint64_t*>(kernels::AllocateHostMemory(count * sizeof(uint64_t), 64)),
+      &kernels::FreeHostMemory);
   ParallelFill(words.get(), count, pool);
   std::vector<double> rates;
   volatile uint64_t sink = 0;

@@ -60,7 +60,7 @@ std::string SanitizeUtf8(const std::string& s) {
     if (have == len && cp >= min && cp <= 0x10ffff && !(cp >= 0xd800 && cp <= 0xdfff)) {
       out.append(s, i, len);
       i += len;
-    } else if (i + have == s.size()) {
+    } else if (have < len && i + have == s.size()) {
       out.append(s, i, have);  // Possibly completed by the next token.
       i += have;
     } else {

@@ -4,8 +4,13 @@
 
 #include <map>
 #include <memory>
+#include <random>
+#include <string>
+#include <vector>
 
+#include "common/tokenizer/tokenizer.h"
 #include "gtest/gtest.h"
+#include "tests/support/test_model.h"
 
 namespace tessera {
 namespace {
@@ -90,6 +95,52 @@ TEST(SanitizeUtf8Test, KeepsValidTextAndReplacesInvalidSequences) {
   EXPECT_EQ(SanitizeUtf8("\xC0\xAF"), "\xEF\xBF\xBD\xEF\xBF\xBD");   // Overlong '/'.
   EXPECT_EQ(SanitizeUtf8("\xED\xA0\x80x"), "\xEF\xBF\xBDx");          // A surrogate.
   EXPECT_EQ(SanitizeUtf8("a\xF0\x9F"), "a\xF0\x9F");                  // Unfinished at the end.
+}
+
+// A complete sequence that is not a character stays invalid at the end of the text too:
+// no later byte can make it valid, so it must not be held back as "unfinished" (it was,
+// and went out in a stream delta, which protobuf then refused to serialise).
+TEST(SanitizeUtf8Test, CompleteInvalidSequenceAtTheEndIsReplaced) {
+  EXPECT_EQ(SanitizeUtf8("a\xED\xA0\x80"), "a\xEF\xBF\xBD");   // A surrogate.
+  EXPECT_EQ(SanitizeUtf8("a\xE0\x80\x80"), "a\xEF\xBF\xBD");   // Overlong NUL.
+  EXPECT_EQ(SanitizeUtf8("a\xF4\x90\x80\x80"), "a\xEF\xBF\xBD");  // Past U+10FFFF.
+}
+
+// Strict UTF-8: every sequence complete, shortest form, no surrogates, at most U+10FFFF
+// (what protobuf requires of a string field before it serialises a response).
+bool IsValidUtf8(const std::string& s) {
+  return SanitizeUtf8(s) == s && CompleteUtf8Length(s) == s.size();
+}
+
+TEST(OutputProcessorTest, SurrogateBytesAtTheEndNeverLeaveAsText) {
+  static const auto* tok = new FakeTokenizer({{0, "P"}, {1, "\xED"}, {2, "\xA0"}, {3, "\x80"},
+                                              {4, "x"}});
+  OutputProcessor p(tok, {0}, {});
+  for (int32_t id : {1, 2, 3, 4, 1, 2, 3}) EXPECT_TRUE(IsValidUtf8(p.Append(id))) << id;
+  EXPECT_TRUE(IsValidUtf8(p.Flush()));
+}
+
+// stories260K's SentencePiece vocabulary has byte-fallback pieces, and a decoder that
+// drops a leading space, so decoding is not a concatenation. Random prompts and outputs
+// over the whole vocabulary (what a load generator and a random-weight model produce) must
+// stream as valid UTF-8 every time: one invalid delta kills the stream.
+TEST(OutputProcessorTest, RandomTokensOfARealVocabularyStreamValidUtf8) {
+  TESSERA_REQUIRE_STORIES_MODEL();
+  auto tokenizer = Tokenizer::Load(testing::StoriesModelDir());
+  ASSERT_TRUE(tokenizer.ok()) << tokenizer.status();
+  std::mt19937 rng(7);
+  std::uniform_int_distribution<int32_t> id(0, (*tokenizer)->vocab_size() - 1);
+  for (int trial = 0; trial < 2000; ++trial) {
+    std::vector<int32_t> prompt(8);
+    for (auto& t : prompt) t = id(rng);
+    OutputProcessor p(tokenizer->get(), prompt, trial % 2 ? std::vector<std::string>{"ab"}
+                                                          : std::vector<std::string>{});
+    for (int i = 0; i < 32; ++i) {
+      const std::string delta = p.Append(id(rng));
+      ASSERT_TRUE(IsValidUtf8(delta)) << "trial " << trial << " token " << i;
+    }
+    ASSERT_TRUE(IsValidUtf8(p.Flush())) << "trial " << trial;
+  }
 }
 
 }  // namespace

@@ -117,6 +117,42 @@ void MicroKernel(const void* x_rows, int64_t ldx, const void* w_rows, int64_t ld
   }
 }
 
+// One row of x (batch-1 decode): the NR rows of W one after another, each a single
+// sequential stream, rather than NR interleaved ones. Measured on the 1B model's decode
+// GEMVs on Zen 4: about 10 % more bandwidth (30-33 against 26-30 GB/s, alternated in one
+// process), close to a plain read of memory.
+template <int NR>
+void RowByRowKernel(const void* x_rows, int64_t /*ldx*/, const void* w_rows, int64_t ldw,
+                    int64_t k0, int64_t kc, float* y, int64_t /*ldy*/, bool accumulate) {
+  const auto* x = static_cast<const uint16_t*>(x_rows);
+  const auto* w = static_cast<const uint16_t*>(w_rows);
+  const int64_t k_end = k0 + kc;
+  __m512 sums[NR];
+  for (int j = 0; j < NR; ++j) {
+    const uint16_t* row = w + j * ldw;
+    // Two accumulators: VDPBF16PS's latency is covered without a longer reduction.
+    __m512 a0 = _mm512_setzero_ps(), a1 = _mm512_setzero_ps();
+    int64_t k = k0;
+    for (; k + 2 * kStep <= k_end; k += 2 * kStep) {
+      a0 = _mm512_dpbf16_ps(a0, AsBf16(_mm512_loadu_si512(x + k)),
+                            AsBf16(_mm512_loadu_si512(row + k)));
+      a1 = _mm512_dpbf16_ps(a1, AsBf16(_mm512_loadu_si512(x + k + kStep)),
+                            AsBf16(_mm512_loadu_si512(row + k + kStep)));
+    }
+    for (; k < k_end; k += kStep) {
+      const __mmask32 mask =
+          k + kStep <= k_end ? ~0u : _bzhi_u32(~0u, static_cast<unsigned>(k_end - k));
+      a0 = _mm512_dpbf16_ps(a0, AsBf16(_mm512_maskz_loadu_epi16(mask, x + k)),
+                            AsBf16(_mm512_maskz_loadu_epi16(mask, row + k)));
+    }
+    sums[j] = _mm512_add_ps(a0, a1);
+  }
+  const __mmask8 out_mask = static_cast<__mmask8>((1u << NR) - 1);
+  __m256 out = SumLanes<NR>(sums);
+  if (accumulate) out = _mm256_add_ps(out, _mm256_maskz_loadu_ps(out_mask, y));
+  _mm256_mask_storeu_ps(y, out_mask, out);
+}
+
 template <int MR>
 void FillKernels(gemm_internal::KernelSet& set) {
   if constexpr (MR <= kMr) {
@@ -138,6 +174,7 @@ gemm_internal::KernelSet MakeKernelSet() {
   // coming from L2, ran 1.2-1.9x faster.
   set.chunk_k = false;
   FillKernels<1>(set);
+  set.fn[2][0][0] = &RowByRowKernel<kNr>;  // BF16, one row of x, kNr rows of W.
   return set;
 }
 

@@ -435,15 +435,18 @@ def figure_kernel(work, params):
             "simd": bs[0].get("label"),
         }
     return {
-        "figure": "BF16 GEMM GFLOP/s (README, after the serving sweep: batch 64)",
-        "readme_conditions": "`kernel_bench`, m = 64 rows of activations against BF16 weights",
+        "figure": "BF16 GEMV bandwidth and GEMM GFLOP/s at the 1B model's shapes, and the VDPBF16PS peak",
+        "readme_conditions": "`kernel_bench`, m = 1 and 128 rows of activations against BF16 weights, "
+                              "float (level 2, AVX-512) and BF16-activation (level 3, AVX512-BF16) paths",
         "definitions": {
             "gflops": "2·m·N·K / seconds per call (the `flops` counter of BM_Gemm), one sample per "
                       "repetition",
             "weight_gb_per_s": "the `bytes_per_second` counter (weights + activations + output bytes, "
                                "reported as binary GiB/s by Google Benchmark, converted to GB/s here)",
             "benchmark_name": "BM_Gemm/m:<rows>/N:<out features>/K:<in features>/dtype:2 (2 = BF16)"
-                              "[/level:<forced SIMD level>]; the filter in parameters picks them",
+                              "[/level:<forced SIMD level>]; the filter in parameters picks them. "
+                              "BM_Bf16DotPeak: 16 independent VDPBF16PS chains per thread, no loads "
+                              "(the compute ceiling of the BF16 path)",
             "weights": "the benchmark rotates through copies of the weights (512 MiB in all) so they come "
                        "from memory, as in a forward pass",
         },

@@ -15,7 +15,7 @@ Figures (output file under OUT_DIR):
   coordinator  coordinator step overhead, tp 1/2/4, stories260K       coordinator_overhead_stories260k.json
   scheduler    scheduler_bench, 1,024 running decode sequences        scheduler_step.json
   rss          worker VmRSS, tp 2, llama-1b BF16, 32 MB KV/worker     worker_rss_llama1b_tp2.json
-  kernel       kernel_bench, BF16 GEMM GB/s and GFLOP/s, both paths   kernel_bench_gemm.json
+  kernel       kernel_bench: BF16 GEMM GB/s, GFLOP/s, VDPBF16PS peak  kernel_bench_gemm.json
 
 Environment (defaults in brackets; relative paths are from the repository root):
   BUILD_DIR            build tree with bin/ [build]
@@ -26,7 +26,7 @@ Environment (defaults in brackets; relative paths are from the repository root):
   REPEATS              samples per setting [5]
   TPS                  tensor-parallel sizes of the coordinator figure ["1 2 4"]
   GEMM_FILTER          kernel_bench filter of the GEMM figure: BF16 at the 1B shapes, m = 1 and 128, both paths
-                       [^BM_Gemm/m:(1|128)/N:[0-9]+/K:[0-9]+/dtype:2/]
+                       [^BM_(Gemm/m:(1|128)/N:[0-9]+/K:[0-9]+/dtype:2/|Bf16DotPeak)]
   TESSERA_BENCH_THREADS  kernel_bench threads [every core]
 
 Progress goes to stderr. Take figures on a quiet machine: the JSON records the load average
@@ -42,7 +42,7 @@ LLAMA1B_DIR=${LLAMA1B_DIR:-/tmp/tessera-llama-1b-bf16}
 OUT_DIR=${OUT_DIR:-benchmarks/results}
 REPEATS=${REPEATS:-5}
 TPS=${TPS:-"1 2 4"}
-GEMM_FILTER=${GEMM_FILTER:-'^BM_Gemm/m:(1|128)/N:[0-9]+/K:[0-9]+/dtype:2/'}
+GEMM_FILTER=${GEMM_FILTER:-'^BM_(Gemm/m:(1|128)/N:[0-9]+/K:[0-9]+/dtype:2/|Bf16DotPeak)'}
 BIN=$BUILD_DIR/bin
 HELPER=(python3 "$REPO/benchmarks/readme_figures.py")
 CORES=$(nproc)

@@ -15,6 +15,10 @@
 #include <random>
 #include <vector>
 
+#if defined(__x86_64__)
+#include <immintrin.h>
+#endif
+
 #include "benchmark/benchmark.h"
 #include "benchmarks/roofline/memory_bandwidth.h"
 #include "common/dtype.h"
@@ -122,6 +126,43 @@ void GemmArgs(benchmark::internal::Benchmark* b) {
   b->UseRealTime();
 }
 BENCHMARK(BM_Gemm)->Apply(GemmArgs);
+
+// The compute ceiling of the BF16 GEMM: VDPBF16PS with 16 independent accumulators (no
+// loads) on every pool thread. flops = 2 x 32 pairs x instructions.
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+__attribute__((target("avx512f,avx512bf16"))) void Bf16DotChains(int64_t iterations,
+                                                                  float* sink) {
+  __m512 acc[16];
+  for (auto& a : acc) a = _mm512_setzero_ps();
+  const __m512bh one = reinterpret_cast<const __m512bh&>(static_cast<const __m512i&>(
+      _mm512_set1_epi16(0x3f80)));
+  for (int64_t i = 0; i < iterations; ++i) {
+#pragma GCC unroll 16
+    for (auto& a : acc) a = _mm512_dpbf16_ps(a, one, one);
+  }
+  __m512 total = acc[0];
+  for (int j = 1; j < 16; ++j) total = _mm512_add_ps(total, acc[j]);
+  *sink = _mm512_reduce_add_ps(total);
+}
+
+void BM_Bf16DotPeak(benchmark::State& state) {
+  if (DetectSimdLevel() < SimdLevel::kAvx512Bf16) {
+    state.SkipWithError("no AVX512-BF16 on this CPU");
+    return;
+  }
+  constexpr int64_t kIterations = 1 << 20;
+  const int threads = Pool().num_threads();
+  std::vector<float> sinks(threads * 16);
+  for (auto _ : state) {
+    Pool().ParallelFor(threads, 1, [&](int64_t b, int64_t e) {
+      for (int64_t t = b; t < e; ++t) Bf16DotChains(kIterations, &sinks[t * 16]);
+    });
+    benchmark::DoNotOptimize(sinks.data());
+  }
+  SetRates(state, 0, 2.0 * 32 * 16 * kIterations * threads);
+}
+BENCHMARK(BM_Bf16DotPeak)->UseRealTime();
+#endif
 
 // Decode attention: args num_seqs, context, q heads, kv heads, head_dim; one new token per
 // sequence.

@@ -7,6 +7,10 @@
 # llama-server, llama-convert-llama2c-to-ggml, llama-quantize; CPU Release build with
 # native flags (GGML_NATIVE), no CUDA, no curl.
 set -euo pipefail
+if [ "${1:-}" = --help ] || [ "${1:-}" = -h ]; then
+  sed -n '2,/^set -euo/p' "$0" | grep '^#' | sed 's/^# \{0,1\}//'
+  exit 0
+fi
 src=${1:?usage: build_peer.sh PEER_SRC PEER_BUILD}
 out=${2:?usage: build_peer.sh PEER_SRC PEER_BUILD}
 [ -f "$src/CMakeLists.txt" ] && [ -d "$src/ggml" ] || { echo "build_peer: $src is not a llama.cpp tree" >&2; exit 1; }

@@ -6,6 +6,10 @@
 # WORK/tl-f32.gguf, WORK/tl-bf16.gguf   the peer's, the second quantized from the first
 # Steps whose output exists are skipped, so a second run costs nothing.
 set -euo pipefail
+if [ "${1:-}" = --help ] || [ "${1:-}" = -h ]; then
+  sed -n '2,/^set -euo/p' "$0" | grep '^#' | sed 's/^# \{0,1\}//'
+  exit 0
+fi
 peer_dir=${1:?usage}; tok=${2:?usage}; tbin=${3:?usage}; pbin=${4:?usage}; work=${5:?usage}
 mkdir -p "$work"
 # Absolute paths: the peer's converter runs inside $work.

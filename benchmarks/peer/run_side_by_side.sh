@@ -6,6 +6,10 @@
 # ../shared), BUILD_DIR (default build), REPS (2), THREADS (2), CONCURRENCY (1,4,16,32),
 # OUT (default benchmarks/results/peer_side_by_side): OUT.json and OUT.md are written.
 set -euo pipefail
+if [ "${1:-}" = --help ] || [ "${1:-}" = -h ]; then
+  sed -n '2,7p' "$0" | sed 's/^# \{0,1\}//'
+  exit 0
+fi
 cd "$(dirname "$0")/../.."
 : "${PEER_SRC:?set PEER_SRC to a llama.cpp source tree}"
 WORK=${WORK:-/tmp/tessera-peer}

@@ -206,6 +206,7 @@ void BM_PagedAttentionDecode(benchmark::State& state) {
 BENCHMARK(BM_PagedAttentionDecode)
     ->ArgNames({"seqs", "ctx", "qh", "kvh", "hd"})
     ->Args({1, 1024, 32, 32, 64})
+    ->Args({1, 1024, 32, 4, 64})  // The side-by-side 1B model at 1k context.
     ->Args({16, 1024, 32, 32, 64})
     ->Args({16, 1024, 32, 8, 64})
     ->UseRealTime();

@@ -102,23 +102,32 @@ void AttendHeads(const float* q_row, const int32_t* block_table, int position, i
     offsets[p] = (static_cast<int64_t>(block_table[pos / block_size]) * block_size +
                   pos % block_size) * row;
   }
-  if (scores.size() < static_cast<size_t>(n_pad)) scores.resize(n_pad);
-  float* s = scores.data();
-
+  const size_t needed = static_cast<size_t>(heads) * n_pad + static_cast<size_t>(heads) * kHeadDim;
+  if (scores.size() < needed) scores.resize(needed);
+  // Score rows, one per head, then the scaled query heads.
+  float* s_all = scores.data();
+  float* q_scaled = s_all + static_cast<size_t>(heads) * n_pad;
   for (int h = head_begin; h < head_end; ++h) {
-    const int64_t kv = static_cast<int64_t>(h / group) * kHeadDim;
-    const float* k_base = k_cache + kv;
-    const float* v_base = v_cache + kv;
-    __m512 qv[D];
 #pragma GCC unroll 8
     for (int d = 0; d < D; ++d) {
-      qv[d] = _mm512_mul_ps(_mm512_loadu_ps(q_row + static_cast<int64_t>(h) * kHeadDim + 16 * d),
-                            _mm512_set1_ps(scale));
+      _mm512_storeu_ps(q_scaled + (h - head_begin) * kHeadDim + 16 * d,
+                       _mm512_mul_ps(_mm512_loadu_ps(q_row + static_cast<int64_t>(h) * kHeadDim + 16 * d),
+                                     _mm512_set1_ps(scale)));
     }
-    // Scores, 16 keys at a time; the last group's missing keys score -inf.
-    __m512 max_v = _mm512_set1_ps(-__builtin_inff());
-    for (int p0 = 0; p0 < n_ctx; p0 += kKeys) {
-      const int count = std::min(kKeys, n_ctx - p0);
+  }
+
+  // Scores, 16 keys at a time for every head of the run: a block's K rows are read from
+  // memory by the first head of their GQA group and from L1 by the others. The last
+  // block's missing keys score -inf.
+  for (int p0 = 0; p0 < n_ctx; p0 += kKeys) {
+    const int count = std::min(kKeys, n_ctx - p0);
+    const __mmask16 valid = static_cast<__mmask16>((1u << count) - 1);
+    for (int h = head_begin; h < head_end; ++h) {
+      const float* k_base = k_cache + static_cast<int64_t>(h / group) * kHeadDim;
+      const float* q = q_scaled + (h - head_begin) * kHeadDim;
+      __m512 qv[D];
+#pragma GCC unroll 8
+      for (int d = 0; d < D; ++d) qv[d] = _mm512_loadu_ps(q + 16 * d);
       __m512 part[kKeys];
 #pragma GCC unroll 16
       for (int i = 0; i < kKeys; ++i) {
@@ -132,12 +141,17 @@ void AttendHeads(const float* q_row, const int32_t* block_table, int position, i
           part[i] = _mm512_setzero_ps();
         }
       }
-      const __mmask16 valid = static_cast<__mmask16>((1u << count) - 1);
-      const __m512 sv = _mm512_mask_blend_ps(valid, _mm512_set1_ps(-__builtin_inff()), Sum16(part));
-      _mm512_storeu_ps(s + p0, sv);
-      max_v = _mm512_max_ps(max_v, sv);
+      _mm512_storeu_ps(s_all + static_cast<size_t>(h - head_begin) * n_pad + p0,
+                       _mm512_mask_blend_ps(valid, _mm512_set1_ps(-__builtin_inff()), Sum16(part)));
     }
+  }
+
+  for (int h = head_begin; h < head_end; ++h) {
+    float* s = s_all + static_cast<size_t>(h - head_begin) * n_pad;
+    const float* v_base = v_cache + static_cast<int64_t>(h / group) * kHeadDim;
     // Softmax numerators and their sum.
+    __m512 max_v = _mm512_loadu_ps(s);
+    for (int p0 = kKeys; p0 < n_pad; p0 += kKeys) max_v = _mm512_max_ps(max_v, _mm512_loadu_ps(s + p0));
     const __m512 max_b = _mm512_set1_ps(_mm512_reduce_max_ps(max_v));
     __m512 sum_v = _mm512_setzero_ps();
     for (int p0 = 0; p0 < n_pad; p0 += kKeys) {
@@ -145,20 +159,34 @@ void AttendHeads(const float* q_row, const int32_t* block_table, int position, i
       _mm512_storeu_ps(s + p0, e);
       sum_v = _mm512_add_ps(sum_v, e);
     }
-    // Weighted V rows, accumulated in registers.
-    __m512 o[D];
+    // Weighted V rows, two keys at a time into two sets of registers: one FMA chain per
+    // vector would wait on the FMA latency every key.
+    __m512 o0[D], o1[D];
 #pragma GCC unroll 8
-    for (int d = 0; d < D; ++d) o[d] = _mm512_setzero_ps();
-    for (int p = 0; p < n_ctx; ++p) {
-      const __m512 w = _mm512_set1_ps(s[p]);
-      const float* v = v_base + offsets[p];
+    for (int d = 0; d < D; ++d) o0[d] = o1[d] = _mm512_setzero_ps();
+    int p = 0;
+    for (; p + 1 < n_ctx; p += 2) {
+      const __m512 w0 = _mm512_set1_ps(s[p]), w1 = _mm512_set1_ps(s[p + 1]);
+      const float* v0 = v_base + offsets[p];
+      const float* v1 = v_base + offsets[p + 1];
 #pragma GCC unroll 8
-      for (int d = 0; d < D; ++d) o[d] = _mm512_fmadd_ps(w, _mm512_loadu_ps(v + 16 * d), o[d]);
+      for (int d = 0; d < D; ++d) {
+        o0[d] = _mm512_fmadd_ps(w0, _mm512_loadu_ps(v0 + 16 * d), o0[d]);
+        o1[d] = _mm512_fmadd_ps(w1, _mm512_loadu_ps(v1 + 16 * d), o1[d]);
+      }
+    }
+    if (p < n_ctx) {
+      const __m512 w0 = _mm512_set1_ps(s[p]);
+      const float* v0 = v_base + offsets[p];
+#pragma GCC unroll 8
+      for (int d = 0; d < D; ++d) o0[d] = _mm512_fmadd_ps(w0, _mm512_loadu_ps(v0 + 16 * d), o0[d]);
     }
     const __m512 inv = _mm512_set1_ps(1.0f / _mm512_reduce_add_ps(sum_v));
     float* out = out_row + static_cast<int64_t>(h) * kHeadDim;
 #pragma GCC unroll 8
-    for (int d = 0; d < D; ++d) _mm512_storeu_ps(out + 16 * d, _mm512_mul_ps(o[d], inv));
+    for (int d = 0; d < D; ++d) {
+      _mm512_storeu_ps(out + 16 * d, _mm512_mul_ps(_mm512_add_ps(o0[d], o1[d]), inv));
+    }
   }
 }
 

@@ -31,6 +31,8 @@ namespace tessera::kernels::attention_avx512 {
 namespace {
 
 constexpr int kKeys = 16;  // Keys scored per vector.
+// How far ahead K rows are requested, in blocks of kKeys (see the scoring loop).
+constexpr int kKBlocksAhead = 1;
 
 // e^x for x <= 0 (scores after subtracting their max): Cephes' expf polynomial on
 // x - n ln 2, scaled by 2^n; within 2 ulp of expf, and 0 below -87.
@@ -122,6 +124,18 @@ void AttendHeads(const float* q_row, const int32_t* block_table, int position, i
   for (int p0 = 0; p0 < n_ctx; p0 += kKeys) {
     const int count = std::min(kKeys, n_ctx - p0);
     const __mmask16 valid = static_cast<__mmask16>((1u << count) - 1);
+    // The cache is cold in a forward pass (the weights streamed through since this layer
+    // last ran) and a head's rows are 256 B of every 1 KB: ask for the next block's K rows
+    // now rather than waiting on each line.
+    const int next_end = std::min(n_ctx, p0 + (1 + kKBlocksAhead) * kKeys);
+    for (int p = std::max(p0 + kKBlocksAhead * kKeys, kKeys); p < next_end; ++p) {
+      for (int h = head_begin; h < head_end; h += group) {
+        const char* k = reinterpret_cast<const char*>(
+            k_cache + static_cast<int64_t>(h / group) * kHeadDim + offsets[p]);
+#pragma GCC unroll 8
+        for (int line = 0; line < D; ++line) _mm_prefetch(k + 64 * line, _MM_HINT_T0);
+      }
+    }
     for (int h = head_begin; h < head_end; ++h) {
       const float* k_base = k_cache + static_cast<int64_t>(h / group) * kHeadDim;
       const float* q = q_scaled + (h - head_begin) * kHeadDim;
@@ -165,7 +179,17 @@ void AttendHeads(const float* q_row, const int32_t* block_table, int position, i
 #pragma GCC unroll 8
     for (int d = 0; d < D; ++d) o0[d] = o1[d] = _mm512_setzero_ps();
     int p = 0;
+    constexpr int kVAhead = 16;  // Keys ahead whose V rows are requested (cold cache).
     for (; p + 1 < n_ctx; p += 2) {
+      if (p + kVAhead + 1 < n_ctx) {
+#pragma GCC unroll 8
+        for (int line = 0; line < D; ++line) {
+          _mm_prefetch(reinterpret_cast<const char*>(v_base + offsets[p + kVAhead]) + 64 * line,
+                       _MM_HINT_T0);
+          _mm_prefetch(reinterpret_cast<const char*>(v_base + offsets[p + kVAhead + 1]) + 64 * line,
+                       _MM_HINT_T0);
+        }
+      }
       const __m512 w0 = _mm512_set1_ps(s[p]), w1 = _mm512_set1_ps(s[p + 1]);
       const float* v0 = v_base + offsets[p];
       const float* v1 = v_base + offsets[p + 1];

@@ -117,13 +117,24 @@ def peer_serving(a, concurrencies, rng, work):
     try:
         wait_http(f"http://127.0.0.1:{port}/health", proc, 300)
 
+        retries = []
+
         def one(prompt):
             body = json.dumps({"prompt": prompt, "n_predict": SERVE_OUT, "ignore_eos": True,
                                "temperature": 0, "cache_prompt": False}).encode()
-            req = urllib.request.Request(f"http://127.0.0.1:{port}/completion", data=body,
-                                         headers={"Content-Type": "application/json"})
-            with urllib.request.urlopen(req, timeout=600) as r:
-                return json.loads(r.read())["tokens_predicted"]
+            # llama-server now and then resets a connection when 32 arrive at once: retry
+            # (twice at most) and record it rather than lose the whole run.
+            for attempt in range(3):
+                req = urllib.request.Request(f"http://127.0.0.1:{port}/completion", data=body,
+                                             headers={"Content-Type": "application/json"})
+                try:
+                    with urllib.request.urlopen(req, timeout=600) as r:
+                        return json.loads(r.read())["tokens_predicted"]
+                except ConnectionError as e:
+                    if attempt == 2 or proc.poll() is not None:
+                        raise
+                    retries.append(repr(e))
+                    time.sleep(0.5)
 
         results = {}
         one(random_ids(SERVE_IN, rng))  # Warm-up, as tessera-bench's --warmup 1.
@@ -135,7 +146,8 @@ def peer_serving(a, concurrencies, rng, work):
                 tokens = sum(pool.map(one, prompts))
             wall = time.perf_counter() - start
             results[c] = {"output_tps": tokens / wall, "requests": n, "output_tokens": tokens,
-                          "wall_seconds": wall}
+                          "wall_seconds": wall, "retried_requests": len(retries)}
+            retries.clear()
             log(f"  peer c={c}: {tokens / wall:.1f} output tok/s")
         return results
     finally:

@@ -157,7 +157,11 @@ template <int MR>
 void FillKernels(gemm_internal::KernelSet& set) {
   if constexpr (MR <= kMr) {
     constexpr int kBf16 = 2;  // The dtype index of BF16.
-    set.fn[kBf16][MR - 1][0] = &MicroKernel<MR, kNr>;
+    if constexpr (MR == 1) {
+      set.fn[kBf16][0][0] = &RowByRowKernel<kNr>;
+    } else {
+      set.fn[kBf16][MR - 1][0] = &MicroKernel<MR, kNr>;
+    }
     set.fn[kBf16][MR - 1][1] = &MicroKernel<MR, 1>;
     FillKernels<MR + 1>(set);
   }
@@ -174,7 +178,6 @@ gemm_internal::KernelSet MakeKernelSet() {
   // coming from L2, ran 1.2-1.9x faster.
   set.chunk_k = false;
   FillKernels<1>(set);
-  set.fn[2][0][0] = &RowByRowKernel<kNr>;  // BF16, one row of x, kNr rows of W.
   return set;
 }
 

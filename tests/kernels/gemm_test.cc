@@ -48,23 +48,30 @@ std::vector<float> ActivationsAsUsed(const std::vector<float>& x, DType dtype, S
   return rounded;
 }
 
+// One product of seeded random x [m, k] (seed) and W [n, k] (seed + 1, stored as `dtype`)
+// on `level`, against the reference.
+void ExpectGemmMatchesReference(DType dtype, SimdLevel level, ThreadPool* pool, int64_t m,
+                                int64_t n, int64_t k, uint32_t seed) {
+  const std::vector<float> x = RandomFloats(m * k, seed);
+  const StoredMatrix w = MakeStoredMatrix(n * k, dtype, seed + 1);
+  std::vector<float> y(m * n, std::nanf(""));
+  GemmAtLevel(level, x.data(), m, MatrixView{w.bytes.data(), dtype, n, k}, y.data(), pool);
+  ExpectMatchesReference(ActivationsAsUsed(x, dtype, level), w.values, m, n, k, y,
+                         DTypeName(dtype));
+}
+
 class GemmTest : public ::testing::TestWithParam<std::tuple<DType, SimdLevel, int>> {};
 
 TEST_P(GemmTest, MatchesNaiveProductOnAwkwardSizes) {
   const auto [dtype, level, threads] = GetParam();
   if (level > DetectSimdLevel()) GTEST_SKIP() << SimdLevelName(level) << " not on this CPU";
   ThreadPool pool(threads);
-  uint32_t seed = 1;
+  uint32_t seed = 2;
   for (int64_t m : {1, 3, 17}) {
     for (int64_t k : {1, 7, 64, 100, 513}) {
       for (int64_t n : {1, 5, 33, 172}) {
-        const std::vector<float> x = RandomFloats(m * k, ++seed);
-        const StoredMatrix w = MakeStoredMatrix(n * k, dtype, ++seed);
-        std::vector<float> y(m * n, std::nanf(""));
-        GemmAtLevel(level, x.data(), m, MatrixView{w.bytes.data(), dtype, n, k}, y.data(),
-                    &pool);
-        ExpectMatchesReference(ActivationsAsUsed(x, dtype, level), w.values, m, n, k, y,
-                               DTypeName(dtype));
+        ExpectGemmMatchesReference(dtype, level, &pool, m, n, k, seed);
+        seed += 2;
       }
     }
   }
@@ -76,13 +83,7 @@ TEST_P(GemmTest, MatchesNaiveProductAcrossBlocks) {
   const auto [dtype, level, threads] = GetParam();
   if (level > DetectSimdLevel()) GTEST_SKIP() << SimdLevelName(level) << " not on this CPU";
   ThreadPool pool(threads);
-  const int64_t m = 131, n = 45, k = 1100;
-  const std::vector<float> x = RandomFloats(m * k, 7);
-  const StoredMatrix w = MakeStoredMatrix(n * k, dtype, 8);
-  std::vector<float> y(m * n, std::nanf(""));
-  GemmAtLevel(level, x.data(), m, MatrixView{w.bytes.data(), dtype, n, k}, y.data(), &pool);
-  ExpectMatchesReference(ActivationsAsUsed(x, dtype, level), w.values, m, n, k, y,
-                         DTypeName(dtype));
+  ExpectGemmMatchesReference(dtype, level, &pool, /*m=*/131, /*n=*/45, /*k=*/1100, /*seed=*/7);
 }
 
 // Decode and prefill shapes of a real layer: K chunks of the BF16 path (multiples of its
@@ -92,13 +93,8 @@ TEST_P(GemmTest, MatchesNaiveProductAtLayerShapes) {
   if (level > DetectSimdLevel()) GTEST_SKIP() << SimdLevelName(level) << " not on this CPU";
   ThreadPool pool(threads);
   for (int64_t m : {1, 4, 9, 70}) {
-    const int64_t n = 103, k = 2080;
-    const std::vector<float> x = RandomFloats(m * k, 21 + m);
-    const StoredMatrix w = MakeStoredMatrix(n * k, dtype, 22 + m);
-    std::vector<float> y(m * n, std::nanf(""));
-    GemmAtLevel(level, x.data(), m, MatrixView{w.bytes.data(), dtype, n, k}, y.data(), &pool);
-    ExpectMatchesReference(ActivationsAsUsed(x, dtype, level), w.values, m, n, k, y,
-                           DTypeName(dtype));
+    ExpectGemmMatchesReference(dtype, level, &pool, m, /*n=*/103, /*k=*/2080,
+                               /*seed=*/static_cast<uint32_t>(21 + m));
   }
 }
 

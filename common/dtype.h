@@ -9,25 +9,89 @@
 // Element types a checkpoint may hold. Kept free of Abseil so CUDA code can include it.
 namespace tessera {
 
-enum class DType : uint8_t { kF32, kF16, kBF16 };
+// kI8 and kF8E4M3 hold quantized weights (their scales travel beside them, see
+// kernels::MatrixView) or an FP8 KV cache; read on their own they are the raw values.
+enum class DType : uint8_t { kF32, kF16, kBF16, kI8, kF8E4M3 };
 
-constexpr size_t DTypeSize(DType t) { return t == DType::kF32 ? 4 : 2; }
+constexpr size_t DTypeSize(DType t) {
+  switch (t) {
+    case DType::kF32: return 4;
+    case DType::kF16:
+    case DType::kBF16: return 2;
+    case DType::kI8:
+    case DType::kF8E4M3: return 1;
+  }
+  return 0;
+}
 
 constexpr const char* DTypeName(DType t) {
   switch (t) {
     case DType::kF32: return "F32";
     case DType::kF16: return "F16";
     case DType::kBF16: return "BF16";
+    case DType::kI8: return "I8";
+    case DType::kF8E4M3: return "F8_E4M3";
   }
   return "?";
 }
 
-// Parses the safetensors spelling ("F32", "F16", "BF16"); false for anything else.
+// Parses the safetensors spelling ("F32", "F16", "BF16", "I8", "F8_E4M3"); false for
+// anything else.
 inline bool ParseDType(std::string_view s, DType* out) {
   if (s == "F32") { *out = DType::kF32; return true; }
   if (s == "F16") { *out = DType::kF16; return true; }
   if (s == "BF16") { *out = DType::kBF16; return true; }
+  if (s == "I8") { *out = DType::kI8; return true; }
+  if (s == "F8_E4M3") { *out = DType::kF8E4M3; return true; }
   return false;
+}
+
+// OCP FP8 E4M3 ("fn": no infinities, 0x7f/0xff are NaN, largest finite 448).
+constexpr float kFp8E4M3Max = 448.0f;
+
+inline float Fp8E4M3ToF32(uint8_t b) {
+  const uint32_t sign = static_cast<uint32_t>(b & 0x80u) << 24;
+  const uint32_t exp = (b >> 3) & 0xfu;
+  const uint32_t mant = b & 0x7u;
+  uint32_t bits;
+  if (exp == 0xfu && mant == 0x7u) {
+    bits = sign | 0x7fc00000u;
+  } else if (exp == 0) {  // Subnormal: mant * 2^-9.
+    const float v = static_cast<float>(mant) * (1.0f / 512.0f);
+    std::memcpy(&bits, &v, 4);
+    bits |= sign;
+  } else {
+    bits = sign | ((exp + 127 - 7) << 23) | (mant << 20);
+  }
+  float f;
+  std::memcpy(&f, &bits, 4);
+  return f;
+}
+
+// Round to nearest even; magnitudes above 448 saturate to 448 (as torch's scaled casts
+// do after clamping), NaN stays NaN.
+inline uint8_t F32ToFp8E4M3(float f) {
+  uint32_t bits;
+  std::memcpy(&bits, &f, 4);
+  const uint8_t sign = static_cast<uint8_t>((bits >> 24) & 0x80u);
+  const uint32_t abs = bits & 0x7fffffffu;
+  if (abs > 0x7f800000u) return sign | 0x7fu;
+  float a;
+  std::memcpy(&a, &abs, 4);
+  if (a >= kFp8E4M3Max) return sign | 0x7eu;
+  if (a < 0.015625f) {  // Below the smallest normal 2^-6: steps of 2^-9.
+    const float q = a * 512.0f;
+    uint32_t m = static_cast<uint32_t>(q);
+    const float rem = q - static_cast<float>(m);
+    if (rem > 0.5f || (rem == 0.5f && (m & 1u))) ++m;
+    return sign | static_cast<uint8_t>(m);  // m == 8 is the smallest normal, 0x08.
+  }
+  // Normal: keep 3 mantissa bits, rounding the 20 dropped ones to nearest even.
+  uint32_t rounded = abs + 0x7ffffu + ((abs >> 20) & 1u);
+  const uint32_t exp = (rounded >> 23) - 127 + 7;
+  const uint32_t mant = (rounded >> 20) & 0x7u;
+  const uint32_t out = (exp << 3) | mant;
+  return sign | static_cast<uint8_t>(out > 0x7eu ? 0x7eu : out);
 }
 
 inline float Bf16ToF32(uint16_t h) {
@@ -108,6 +172,16 @@ inline void ConvertToF32(const void* src, DType t, size_t n, float* dst) {
       for (size_t i = 0; i < n; ++i) dst[i] = F16ToF32(s[i]);
       return;
     }
+    case DType::kI8: {
+      const auto* s = static_cast<const int8_t*>(src);
+      for (size_t i = 0; i < n; ++i) dst[i] = static_cast<float>(s[i]);
+      return;
+    }
+    case DType::kF8E4M3: {
+      const auto* s = static_cast<const uint8_t*>(src);
+      for (size_t i = 0; i < n; ++i) dst[i] = Fp8E4M3ToF32(s[i]);
+      return;
+    }
   }
 }
 
@@ -125,6 +199,19 @@ inline void ConvertFromF32(const float* src, size_t n, DType t, void* dst) {
     case DType::kF16: {
       auto* d = static_cast<uint16_t*>(dst);
       for (size_t i = 0; i < n; ++i) d[i] = F32ToF16(src[i]);
+      return;
+    }
+    case DType::kI8: {  // Saturating round to nearest (the caller scaled the values).
+      auto* d = static_cast<int8_t*>(dst);
+      for (size_t i = 0; i < n; ++i) {
+        const float v = src[i] < -127.0f ? -127.0f : (src[i] > 127.0f ? 127.0f : src[i]);
+        d[i] = static_cast<int8_t>(__builtin_nearbyintf(v));
+      }
+      return;
+    }
+    case DType::kF8E4M3: {
+      auto* d = static_cast<uint8_t*>(dst);
+      for (size_t i = 0; i < n; ++i) d[i] = F32ToFp8E4M3(src[i]);
       return;
     }
   }

@@ -15,11 +15,14 @@
 namespace tessera::kernels {
 
 // A weight matrix [rows, cols], row-major (torch Linear layout: [out_features, in_features]).
+// Quantized weights (kI8, kF8E4M3) carry one float scale per row (output channel):
+// w[r][c] = scales[r] * value(data[r][c]).
 struct MatrixView {
   const void* data = nullptr;
   DType dtype = DType::kF32;
   int64_t rows = 0;
   int64_t cols = 0;
+  const float* scales = nullptr;  // [rows], backend memory; set for quantized dtypes only.
 };
 
 // Shape of one layer's K (or V) cache: [num_blocks, block_size, num_kv_heads, head_dim].

@@ -100,14 +100,16 @@ void StepBatch::AddSequence(absl::Span<const int32_t> tokens, absl::Span<const i
 absl::StatusOr<std::unique_ptr<LlamaModel>> LlamaModel::Load(const std::filesystem::path& model_dir,
                                                              kernels::Backend* backend,
                                                              Communicator* comm,
-                                                             const LoadProgress& progress) {
+                                                             const LoadProgress& progress,
+                                                             const ModelLoadOptions& options) {
   auto model = std::unique_ptr<LlamaModel>(new LlamaModel());
   ASSIGN_OR_RETURN(model->config_, ModelConfig::Load(model_dir));
   ASSIGN_OR_RETURN(model->layout_,
                    ShardLayout::Make(model->config_, comm->rank(), comm->world_size()));
   ASSIGN_OR_RETURN(std::unique_ptr<Checkpoint> checkpoint, Checkpoint::Open(model_dir));
+  model->options_ = options;
   ASSIGN_OR_RETURN(model->weights_, LoadModelWeights(*checkpoint, model->config_, model->layout_,
-                                                     backend, progress));
+                                                     backend, progress, options.quantization));
   const RopeFrequencies rope = model->config_.Rope();
   ASSIGN_OR_RETURN(model->rope_inv_freq_,
                    DeviceBuffer::Allocate(backend, rope.inv_freq.size() * sizeof(float),

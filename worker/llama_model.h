@@ -9,6 +9,7 @@
 #include "absl/status/statusor.h"
 #include "absl/types/span.h"
 #include "common/model_config.h"
+#include "common/quantization.h"
 #include "common/tensor_parallel.h"
 #include "kernels/backend.h"
 #include "worker/communicator.h"
@@ -41,6 +42,12 @@ struct StepBatch {
                    int end, int block_size, bool wants_logits);
 };
 
+// Choices made when a model is loaded (see common/quantization.h).
+struct ModelLoadOptions {
+  WeightQuantization quantization = WeightQuantization::kNone;
+  KvCacheDType kv_cache_dtype = KvCacheDType::kAuto;
+};
+
 // The Llama decoder on one tensor-parallel rank: its weight slices, the two row-parallel
 // all-reduces per layer, vocab-parallel embedding (all-reduce) and lm_head (all-gather).
 class LlamaModel {
@@ -49,7 +56,8 @@ class LlamaModel {
   static absl::StatusOr<std::unique_ptr<LlamaModel>> Load(const std::filesystem::path& model_dir,
                                                           kernels::Backend* backend,
                                                           Communicator* comm,
-                                                          const LoadProgress& progress = nullptr);
+                                                          const LoadProgress& progress = nullptr,
+                                                          const ModelLoadOptions& options = {});
 
   // Runs one step over `batch` writing K/V into `cache`. On return `logits` (host) holds
   // [batch.logits_rows.size(), vocab_size] full-vocabulary logits, on every rank.
@@ -63,6 +71,7 @@ class LlamaModel {
   const ModelConfig& config() const { return config_; }
   const ShardLayout& layout() const { return layout_; }
   uint64_t weight_bytes() const { return weights_.bytes; }
+  const ModelLoadOptions& options() const { return options_; }
   kernels::Backend* backend() const { return backend_; }
 
  private:
@@ -74,6 +83,7 @@ class LlamaModel {
   ShardLayout layout_;
   kernels::Backend* backend_ = nullptr;
   Communicator* comm_ = nullptr;
+  ModelLoadOptions options_;
   ModelWeights weights_;
   DeviceBuffer rope_inv_freq_;  // [head_dim / 2] float, from config_.Rope().
   float rope_scale_ = 1.0f;     // cos/sin scale (yarn's attention factor).

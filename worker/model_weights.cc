@@ -106,7 +106,13 @@ class Loader {
 absl::StatusOr<ModelWeights> LoadModelWeights(const Checkpoint& checkpoint,
                                               const ModelConfig& c, const ShardLayout& s,
                                               kernels::Backend* backend,
-                                              const LoadProgress& progress) {
+                                              const LoadProgress& progress,
+                                              WeightQuantization quantization) {
+  if (quantization != WeightQuantization::kNone) {
+    return absl::UnimplementedError(absl::StrCat("--quantization ",
+                                                 WeightQuantizationName(quantization),
+                                                 " is not available in this build"));
+  }
   const int64_t h = c.hidden_size, hd = c.head_dim, inter = c.intermediate_size;
   const int64_t nq = c.num_attention_heads, nkv = c.num_key_value_heads, vocab = c.vocab_size;
   const Range all_h{0, h};

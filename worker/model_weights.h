@@ -9,6 +9,7 @@
 #include "absl/status/statusor.h"
 #include "common/checkpoint.h"
 #include "common/model_config.h"
+#include "common/quantization.h"
 #include "common/tensor_parallel.h"
 #include "kernels/backend.h"
 #include "worker/device_buffer.h"
@@ -57,7 +58,9 @@ absl::StatusOr<ModelWeights> LoadModelWeights(const Checkpoint& checkpoint,
                                               const ModelConfig& config,
                                               const ShardLayout& layout,
                                               kernels::Backend* backend,
-                                              const LoadProgress& progress = nullptr);
+                                              const LoadProgress& progress = nullptr,
+                                              WeightQuantization quantization =
+                                                  WeightQuantization::kNone);
 
 }  // namespace tessera
 

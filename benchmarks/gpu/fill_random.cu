@@ -54,6 +54,9 @@ bool FillRandom(void* dst, size_t n, DType dtype, float scale, uint64_t seed,
     case DType::kF16:
       FillKernel<<<grid, kThreads, 0, stream>>>(static_cast<__half*>(dst), n, scale, seed);
       break;
+    case DType::kI8:
+    case DType::kF8E4M3:
+      return false;  // Random checkpoints are written in 16/32-bit types and quantized on load.
   }
   return cudaGetLastError() == cudaSuccess;
 }

@@ -66,6 +66,8 @@ int DTypeIndex(DType t) {
     case DType::kF32: return 0;
     case DType::kF16: return 1;
     case DType::kBF16: return 2;
+    case DType::kI8:
+    case DType::kF8E4M3: break;  // Quantized weights have kernels of their own.
   }
   return 0;
 }

@@ -24,6 +24,8 @@ cudaDataType_t CudaTypeOf(DType dtype) {
     case DType::kF32: return CUDA_R_32F;
     case DType::kF16: return CUDA_R_16F;
     case DType::kBF16: return CUDA_R_16BF;
+    case DType::kI8: return CUDA_R_8I;
+    case DType::kF8E4M3: return CUDA_R_8F_E4M3;
   }
   return CUDA_R_32F;
 }

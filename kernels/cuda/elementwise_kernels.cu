@@ -157,6 +157,9 @@ bool LaunchEmbeddingGather(const int32_t* ids, int n, MatrixView table, int64_t 
           ids, n, static_cast<const __half*>(table.data), table.rows, table.cols, vocab_begin,
           out);
       break;
+    case DType::kI8:
+    case DType::kF8E4M3:
+      return Fail(error, "EmbeddingGather: quantized embedding tables are not supported");
   }
   return CheckLaunch("EmbeddingGather", error);
 }
@@ -236,6 +239,9 @@ bool LaunchConvertF32(const float* src, size_t n, DType dtype, void* dst, cudaSt
       break;
     case DType::kF32:
       return Fail(error, "ConvertF32: target dtype F32 needs no conversion kernel");
+    case DType::kI8:
+    case DType::kF8E4M3:
+      return Fail(error, "ConvertF32: quantized targets need a scale; not a plain conversion");
   }
   return CheckLaunch("ConvertF32", error);
 }

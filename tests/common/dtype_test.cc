@@ -2,6 +2,7 @@
 
 #include <cmath>
 #include <limits>
+#include <vector>
 
 #include "gtest/gtest.h"
 
@@ -34,10 +35,47 @@ TEST(DTypeTest, F16RoundsAndSaturates) {
   EXPECT_NEAR(F16ToF32(F32ToF16(0.1f)), 0.1f, 1e-4f);
 }
 
+TEST(DTypeTest, Fp8E4M3DecodesTheOcpFormat) {
+  EXPECT_EQ(Fp8E4M3ToF32(0x00), 0.0f);
+  EXPECT_EQ(Fp8E4M3ToF32(0x38), 1.0f);            // exponent 7 = bias
+  EXPECT_EQ(Fp8E4M3ToF32(0x7e), 448.0f);          // largest finite
+  EXPECT_EQ(Fp8E4M3ToF32(0xfe), -448.0f);
+  EXPECT_EQ(Fp8E4M3ToF32(0x01), 1.0f / 512.0f);   // smallest subnormal
+  EXPECT_EQ(Fp8E4M3ToF32(0x08), 1.0f / 64.0f);    // smallest normal
+  EXPECT_TRUE(std::isnan(Fp8E4M3ToF32(0x7f)));
+  EXPECT_TRUE(std::isnan(Fp8E4M3ToF32(0xff)));
+}
+
+TEST(DTypeTest, Fp8E4M3RoundTripsEveryValueAndRoundsToNearestEven) {
+  std::vector<float> finite;  // Every non-negative finite value, ascending.
+  for (int b = 0; b < 0x7f; ++b) {
+    const float f = Fp8E4M3ToF32(static_cast<uint8_t>(b));
+    EXPECT_EQ(F32ToFp8E4M3(f), b) << "byte " << b;
+    EXPECT_EQ(F32ToFp8E4M3(-f), b | 0x80) << "byte " << b;
+    finite.push_back(f);
+  }
+  // Midpoints go to the even code, points just off them to the nearer one.
+  for (size_t i = 0; i + 1 < finite.size(); ++i) {
+    const float mid = 0.5f * (finite[i] + finite[i + 1]);
+    const int even = (i % 2 == 0) ? static_cast<int>(i) : static_cast<int>(i + 1);
+    EXPECT_EQ(F32ToFp8E4M3(mid), even) << "between codes " << i << " and " << i + 1;
+    EXPECT_EQ(F32ToFp8E4M3(std::nextafter(mid, 0.0f)), static_cast<int>(i));
+    EXPECT_EQ(F32ToFp8E4M3(std::nextafter(mid, 1e9f)), static_cast<int>(i + 1));
+  }
+  EXPECT_EQ(F32ToFp8E4M3(1e6f), 0x7e);  // Saturates.
+  EXPECT_EQ(F32ToFp8E4M3(-1e6f), 0xfe);
+  EXPECT_EQ(F32ToFp8E4M3(1e-6f), 0x00);
+}
+
 TEST(DTypeTest, ParsesSafetensorsNames) {
   DType t;
   EXPECT_TRUE(ParseDType("BF16", &t));
   EXPECT_EQ(t, DType::kBF16);
+  EXPECT_TRUE(ParseDType("F8_E4M3", &t));
+  EXPECT_EQ(t, DType::kF8E4M3);
+  EXPECT_TRUE(ParseDType("I8", &t));
+  EXPECT_EQ(t, DType::kI8);
+  EXPECT_EQ(DTypeSize(DType::kF8E4M3), 1u);
   EXPECT_FALSE(ParseDType("F64", &t));
   EXPECT_FALSE(ParseDType("bf16", &t));
 }

@@ -127,8 +127,8 @@ INSTANTIATE_TEST_SUITE_P(
                   "\"data_offsets\" must be"},
         FieldCase{"DtypeF64", R"({"dtype":"F64","shape":[2],"data_offsets":[0,16]})",
                   "unsupported dtype \"F64\""},
-        FieldCase{"DtypeI8", R"({"dtype":"I8","shape":[16],"data_offsets":[0,16]})",
-                  "unsupported dtype \"I8\""},
+        FieldCase{"DtypeI16", R"({"dtype":"I16","shape":[8],"data_offsets":[0,16]})",
+                  "unsupported dtype \"I16\""},
         FieldCase{"NegativeDim", R"({"dtype":"F32","shape":[-4],"data_offsets":[0,16]})",
                   "negative"}),
     [](const auto& info) { return info.param.label; });

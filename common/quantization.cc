@@ -40,6 +40,14 @@ absl::string_view KvCacheDTypeName(KvCacheDType d) {
   return "?";
 }
 
+absl::string_view KvCacheDTypeName(DType resolved) {
+  switch (resolved) {
+    case DType::kBF16: return "bf16";
+    case DType::kF8E4M3: return "fp8";
+    default: return "fp32";
+  }
+}
+
 DType ResolveKvCacheDType(KvCacheDType d, DType model_dtype) {
   switch (d) {
     case KvCacheDType::kAuto: return model_dtype == DType::kF32 ? DType::kF32 : DType::kBF16;
@@ -48,6 +56,10 @@ DType ResolveKvCacheDType(KvCacheDType d, DType model_dtype) {
     case KvCacheDType::kFp8: return DType::kF8E4M3;
   }
   return DType::kF32;
+}
+
+uint64_t KvCacheBytesPerToken(int layers, int kv_heads, int head_dim, DType dtype) {
+  return uint64_t{2} * layers * kv_heads * (head_dim * DTypeSize(dtype) + KvScaleBytes(dtype));
 }
 
 }  // namespace tessera

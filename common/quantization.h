@@ -3,6 +3,9 @@
 
 #include "absl/strings/string_view.h"
 
+#include <cstddef>
+#include <cstdint>
+
 #include "absl/status/statusor.h"
 #include "common/dtype.h"
 
@@ -33,11 +36,20 @@ absl::string_view WeightQuantizationName(WeightQuantization q);
 // "auto" (or ""), "fp32", "bf16", "fp8" ("float32", "bfloat16", "fp8_e4m3" too).
 absl::StatusOr<KvCacheDType> ParseKvCacheDType(absl::string_view s);
 absl::string_view KvCacheDTypeName(KvCacheDType d);
+// The flag spelling of a resolved cache element type ("fp32", "bf16", "fp8").
+absl::string_view KvCacheDTypeName(DType resolved);
 
 // The element type a KV cache of `d` holds for a model whose weights are `model_dtype`:
 // auto keeps BF16/F16 models' type (F16 is stored as BF16, whose range cannot overflow)
 // and F32 for F32 models.
 DType ResolveKvCacheDType(KvCacheDType d, DType model_dtype);
+
+// Bytes one token's K and V take over `layers` layers of `kv_heads` heads in a cache of
+// `dtype` (FP8 adds a float scale per head and token).
+uint64_t KvCacheBytesPerToken(int layers, int kv_heads, int head_dim, DType dtype);
+
+// Bytes of the float scales an FP8 cache keeps per (token, head); 0 for other types.
+constexpr size_t KvScaleBytes(DType dtype) { return dtype == DType::kF8E4M3 ? 4 : 0; }
 
 }  // namespace tessera
 

@@ -15,6 +15,7 @@
 #include "common/metrics/http_server.h"
 #include "common/metrics/process_collector.h"
 #include "common/model_config.h"
+#include "common/quantization.h"
 #include "common/tokenizer/tokenizer.h"
 #include "coordinator/api/generation_service.h"
 #include "coordinator/api/unparseable_request_interceptor.h"
@@ -71,6 +72,13 @@ int main(int argc, char** argv) {
   flags.Int("max-model-len", &max_model_len, "Context limit (0: the model's max_position_embeddings).");
   flags.Float("kv-memory-fraction", &kv_memory_fraction, "Share of a worker's free memory after loading given to the KV cache.");
   flags.Int("kv-memory-mb", &kv_memory_mb, "Fixed KV-cache budget per worker in MiB (overrides the fraction).");
+  std::string quantization = "none", kv_cache_dtype = "auto";
+  flags.String("quantization", &quantization,
+               "Weights quantized at load time: none, int8 (W8A16, per-channel scales) or fp8 (E4M3, "
+               "per-channel scales). Pre-quantized checkpoints need no flag.");
+  flags.String("kv-cache-dtype", &kv_cache_dtype,
+               "KV-cache element type: auto (the model's 16-bit type; fp32 for fp32 models), bf16, "
+               "fp8 (E4M3, a scale per token and head) or fp32.");
   flags.String("policy", &policy, "Scheduling policy: fcfs or priority.");
   flags.String("communicator", &communicator, "Collectives between ranks: auto (nccl for CUDA workers, else shm when a group shares a host, else gloo), gloo, shm or nccl.");
   flags.Bool("no-prefix-caching", &no_prefix_caching, "Disable prefix caching.");
@@ -123,6 +131,14 @@ int main(int argc, char** argv) {
 
   auto config = tessera::ModelConfig::Load(model);
   if (!config.ok()) return Fail(std::string(config.status().message()));
+  const auto weight_format = tessera::ParseWeightQuantization(quantization);
+  if (!weight_format.ok()) return Fail(absl::StrCat("--quantization: ", weight_format.status().message()));
+  const auto kv_format = tessera::ParseKvCacheDType(kv_cache_dtype);
+  if (!kv_format.ok()) return Fail(absl::StrCat("--kv-cache-dtype: ", kv_format.status().message()));
+  const tessera::DType kv_dtype = tessera::ResolveKvCacheDType(*kv_format, config->torch_dtype);
+  const std::string kv_dtype_name(tessera::KvCacheDTypeName(kv_dtype));
+  const uint64_t kv_bytes_per_token = tessera::KvCacheBytesPerToken(
+      config->num_hidden_layers, config->num_key_value_heads, config->head_dim, kv_dtype);
   auto tokenizer = tessera::Tokenizer::Load(model);
   if (!tokenizer.ok()) return Fail(std::string(tokenizer.status().message()));
   tessera::GenerationConfig defaults;
@@ -155,7 +171,9 @@ int main(int argc, char** argv) {
   eo.eos_token_ids = defaults.StopTokenIds(*config);
   tessera::EngineMetrics metrics({std::filesystem::path(model).filename().string(),
                                   tessera::DTypeName(config->torch_dtype), static_cast<int>(block_size),
-                                  static_cast<int>(tp), static_cast<int>(replicas)});
+                                  static_cast<int>(tp), static_cast<int>(replicas),
+                                  std::string(tessera::WeightQuantizationName(*weight_format)),
+                                  kv_dtype_name, kv_bytes_per_token});
   eo.metrics = &metrics;
   tessera::Engine engine(tokenizer->get(), eo);
   engine.set_heartbeat_interval(std::chrono::milliseconds(heartbeat_ms));
@@ -171,6 +189,8 @@ int main(int argc, char** argv) {
   co.group.block_size = static_cast<int>(block_size);
   co.group.kv_memory_fraction = kv_memory_fraction;
   co.group.kv_memory_bytes = static_cast<uint64_t>(kv_memory_mb) << 20;
+  co.group.quantization = std::string(tessera::WeightQuantizationName(*weight_format));
+  co.group.kv_cache_dtype = kv_cache_dtype;
   co.group.max_blocks = static_cast<int>(max_num_seqs * ((context + block_size - 1) / block_size) + 1);
   co.group.collective_timeout = std::chrono::milliseconds(collective_timeout_ms);
   auto cluster = tessera::ClusterManager::Create(co, &engine);
@@ -196,7 +216,9 @@ int main(int argc, char** argv) {
   }
   tessera::ModelDescription desc{std::filesystem::path(model).filename().string(),
                                  tessera::DTypeName(config->torch_dtype), static_cast<int>(tp),
-                                 static_cast<int>(replicas), static_cast<int>(block_size)};
+                                 static_cast<int>(replicas), static_cast<int>(block_size),
+                                 std::string(tessera::WeightQuantizationName(*weight_format)),
+                                 kv_dtype_name, kv_bytes_per_token};
   tessera::GenerationServiceImpl api(&engine, tokenizer->get(), limits, desc);
   api.set_pending_workers([cluster = cluster->get()] { return cluster->PendingWorkers(); });
 

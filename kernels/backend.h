@@ -25,14 +25,26 @@ struct MatrixView {
   const float* scales = nullptr;  // [rows], backend memory; set for quantized dtypes only.
 };
 
-// Shape of one layer's K (or V) cache: [num_blocks, block_size, num_kv_heads, head_dim].
+// Shape of one layer's K (or V) cache: [num_blocks, block_size, num_kv_heads, head_dim] of
+// `dtype` (F32, BF16 or F8E4M3). An FP8 cache is followed, in the same allocation, by one
+// float scale per (slot, head), [num_blocks, block_size, num_kv_heads]: a row is stored
+// as value / scale with scale = max|row| / 448, so every head of every token uses the
+// format's whole range (K and V rows differ by orders of magnitude across heads).
 struct KvCacheShape {
   int num_blocks = 0;
   int block_size = 16;
   int num_kv_heads = 0;
   int head_dim = 0;
+  DType dtype = DType::kF32;
   size_t elements() const {
     return static_cast<size_t>(num_blocks) * block_size * num_kv_heads * head_dim;
+  }
+  size_t rows() const { return static_cast<size_t>(num_blocks) * block_size * num_kv_heads; }
+  // Byte offset of the FP8 scales from the start of the cache.
+  size_t scales_offset() const { return elements() * DTypeSize(dtype); }
+  // Bytes of one layer's K (or V) cache, scales included.
+  size_t bytes() const {
+    return scales_offset() + (dtype == DType::kF8E4M3 ? rows() * sizeof(float) : 0);
   }
 };
 
@@ -104,15 +116,15 @@ class Backend {
   virtual void SiluMul(const float* gate_up, int n, int inter, float* out) = 0;
 
   // Stores the step's K and V (rows of length `row_stride`, kv_heads*head_dim used) at
-  // their slots. k_cache/v_cache: [num_blocks, block_size, kv_heads, head_dim].
+  // their slots, converted to shape.dtype. k_cache/v_cache: see KvCacheShape.
   virtual void WriteKvCache(const float* k, const float* v, int row_stride, const int64_t* slots,
-                            int n, const KvCacheShape& shape, float* k_cache, float* v_cache) = 0;
+                            int n, const KvCacheShape& shape, void* k_cache, void* v_cache) = 0;
 
   // Causal paged attention for prefill and decode alike. q rows have length `q_stride`
   // (num_q_heads * head_dim used); out [num_tokens, num_q_heads * head_dim].
   // Query head h reads KV head h / (num_q_heads / kv heads).
   virtual void PagedAttention(const float* q, int q_stride, const AttentionBatch& batch,
-                              const float* k_cache, const float* v_cache,
+                              const void* k_cache, const void* v_cache,
                               const KvCacheShape& shape, int num_q_heads, float scale,
                               float* out) = 0;
 

@@ -124,7 +124,8 @@ absl::StatusOr<std::unique_ptr<LlamaModel>> LlamaModel::Load(const std::filesyst
 
 size_t LlamaModel::KvBytesPerBlock(int block_size) const {
   return KvCache::BytesPerBlock(config_.num_hidden_layers, block_size,
-                                static_cast<int>(layout_.kv_heads.size()), config_.head_dim);
+                                static_cast<int>(layout_.kv_heads.size()), config_.head_dim,
+                                kv_cache_dtype());
 }
 
 absl::StatusOr<std::unique_ptr<KvCache>> LlamaModel::CreateKvCache(int num_blocks,
@@ -134,6 +135,7 @@ absl::StatusOr<std::unique_ptr<KvCache>> LlamaModel::CreateKvCache(int num_block
   shape.block_size = block_size;
   shape.num_kv_heads = static_cast<int>(layout_.kv_heads.size());
   shape.head_dim = config_.head_dim;
+  shape.dtype = kv_cache_dtype();
   return KvCache::Create(backend_, config_.num_hidden_layers, shape);
 }
 

@@ -72,6 +72,10 @@ class LlamaModel {
   const ShardLayout& layout() const { return layout_; }
   uint64_t weight_bytes() const { return weights_.bytes; }
   const ModelLoadOptions& options() const { return options_; }
+  // The KV cache's element type (options().kv_cache_dtype resolved for this model).
+  DType kv_cache_dtype() const {
+    return ResolveKvCacheDType(options_.kv_cache_dtype, config_.torch_dtype);
+  }
   kernels::Backend* backend() const { return backend_; }
 
  private:

@@ -58,13 +58,13 @@ void TimingBackend::SiluMul(const float* gate_up, int n, int inter, float* out) 
 
 void TimingBackend::WriteKvCache(const float* k, const float* v, int row_stride,
                                  const int64_t* slots, int n, const kernels::KvCacheShape& shape,
-                                 float* k_cache, float* v_cache) {
+                                 void* k_cache, void* v_cache) {
   Timed("write_kv_cache", 0,
         [&] { inner_->WriteKvCache(k, v, row_stride, slots, n, shape, k_cache, v_cache); });
 }
 
 void TimingBackend::PagedAttention(const float* q, int q_stride, const kernels::AttentionBatch& batch,
-                                   const float* k_cache, const float* v_cache,
+                                   const void* k_cache, const void* v_cache,
                                    const kernels::KvCacheShape& shape, int num_q_heads, float scale,
                                    float* out) {
   Timed("paged_attention", 0, [&] {

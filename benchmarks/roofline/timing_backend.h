@@ -50,9 +50,9 @@ class TimingBackend final : public kernels::Backend {
   void AddBias(float* y, const float* bias, int n, int dim) override;
   void SiluMul(const float* gate_up, int n, int inter, float* out) override;
   void WriteKvCache(const float* k, const float* v, int row_stride, const int64_t* slots, int n,
-                    const kernels::KvCacheShape& shape, float* k_cache, float* v_cache) override;
+                    const kernels::KvCacheShape& shape, void* k_cache, void* v_cache) override;
   void PagedAttention(const float* q, int q_stride, const kernels::AttentionBatch& batch,
-                      const float* k_cache, const float* v_cache, const kernels::KvCacheShape& shape,
+                      const void* k_cache, const void* v_cache, const kernels::KvCacheShape& shape,
                       int num_q_heads, float scale, float* out) override;
   void Add(float* y, const float* x, size_t n) override;
 

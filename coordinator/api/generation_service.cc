@@ -82,6 +82,9 @@ void GenerationServiceImpl::DoGetModelInfo(v1::ModelInfo* info) {
   info->set_replicas(model_.replicas);
   info->set_max_context(limits_.max_context);
   info->set_block_size(model_.block_size);
+  info->set_quantization(model_.quantization);
+  info->set_kv_cache_dtype(model_.kv_cache_dtype);
+  info->set_kv_cache_bytes_per_token(model_.kv_cache_bytes_per_token);
   info->set_vocab_size(limits_.vocab_size);
   if (pending_workers_) info->set_pending_workers(static_cast<uint32_t>(pending_workers_()));
   uint64_t capacity = 0;

@@ -19,6 +19,9 @@ struct ModelDescription {
   int tp = 1;
   int replicas = 1;
   int block_size = 16;
+  std::string quantization = "none";
+  std::string kv_cache_dtype = "fp32";
+  uint64_t kv_cache_bytes_per_token = 0;
 };
 
 // The public tessera.v1.Generation service on gRPC's callback API: a call holds no thread

@@ -104,6 +104,8 @@ absl::StatusOr<GroupCapacity> WorkerGroup::Form(uint64_t generation,
     req.set_kv_memory_fraction(options_.kv_memory_fraction);
     req.set_kv_memory_bytes(options_.kv_memory_bytes);
     req.set_max_blocks(options_.max_blocks);
+    req.set_quantization(options_.quantization);
+    req.set_kv_cache_dtype(options_.kv_cache_dtype);
     grpc::ClientContext ctx;
     ctx.set_deadline(In(std::chrono::hours(1)));
     auto reader = stubs_[r]->LoadShard(&ctx, req);

@@ -27,6 +27,8 @@ struct GroupOptions {
   double kv_memory_fraction = 0.5;
   uint64_t kv_memory_bytes = 0;  // Per rank; 0: use the fraction.
   int max_blocks = 0;            // Cap (what max_num_seqs full contexts need); 0: none.
+  std::string quantization;      // common/quantization.h spellings, passed to every rank.
+  std::string kv_cache_dtype;
   std::string rendezvous_address;  // The coordinator's Gloo store, "host:port".
   // "gloo", "shm" (ranks on one host), "nccl" (CUDA workers), or "auto": nccl when every
   // rank registered a CUDA device, else shm when every rank shares a host, else gloo.

@@ -86,8 +86,14 @@ EngineMetrics::EngineMetrics(EngineMetricsConfig config)
              {"dtype", config_.dtype},
              {"block_size", absl::StrCat(config_.block_size)},
              {"tp", absl::StrCat(config_.tp)},
-             {"replicas", absl::StrCat(config_.replicas)}})
+             {"replicas", absl::StrCat(config_.replicas)},
+             {"quantization", config_.quantization},
+             {"kv_cache_dtype", config_.kv_cache_dtype}})
       .Set(1);
+  Gauge(r, "tessera_kv_cache_bytes_per_token",
+        "Bytes of K and V one token takes in the KV cache, all layers and heads.")
+      ->Add({{"model", config_.model}})
+      .Set(static_cast<double>(config_.kv_cache_bytes_per_token));
 }
 
 EngineMetrics::PerReplica& EngineMetrics::Replica(int replica) {

@@ -23,6 +23,9 @@ struct EngineMetricsConfig {
   int block_size = 16;
   int tp = 1;
   int replicas = 1;
+  std::string quantization = "none";
+  std::string kv_cache_dtype = "fp32";
+  uint64_t kv_cache_bytes_per_token = 0;
 };
 
 // Everything the coordinator knows about one request when it ends.

@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "kernels/cpu/attention_internal.h"
+#include "kernels/cpu/kv_cache_format.h"
 #include "kernels/cpu/vec_ops.h"
 
 namespace tessera::kernels {
@@ -27,11 +28,11 @@ struct TokenInfo {
 // Query heads [head_begin, head_end) of one token. Positions are the outer loop and heads
 // the inner one: a cache row holds every KV head of a position contiguously, so this reads
 // each row as one run instead of striding a page per position and head. Two passes: the
-// scores (kept, so exp runs once per score), then the probability-weighted V rows.
+// scores (kept, so exp runs once per score), then the probability-weighted V rows. A
+// 16-bit or FP8 cache row is converted to float once per key for all heads that read it.
 void AttendHeads(const VecOps& ops, const float* q_row, const int32_t* block_table,
                  int position, int window, int head_begin, int head_end, int group,
-                 const float* k_cache,
-                 const float* v_cache, const KvCacheShape& shape, float scale,
+                 const void* k_cache, const void* v_cache, const KvCacheShape& shape, float scale,
                  std::vector<float>& scores, float* out_row) {
   const int head_dim = shape.head_dim;
   const int heads = head_end - head_begin;
@@ -42,27 +43,33 @@ void AttendHeads(const VecOps& ops, const float* q_row, const int32_t* block_tab
   const int n_ctx = position + 1 - first;
   if (n_ctx <= 0) return;
   const int block_size = shape.block_size;
-  const int64_t row = static_cast<int64_t>(shape.num_kv_heads) * head_dim;
   const size_t needed = static_cast<size_t>(heads) * n_ctx;
   if (scores.size() < needed) scores.resize(needed);
-
-  // Runs of keys within one block: [p0, p0 + count) relative to `first`.
-  auto run_at = [&](int p0, int* count) {
-    const int pos = first + p0;
-    *count = std::min(block_size - pos % block_size, n_ctx - p0);
-    return static_cast<int64_t>(block_table[pos / block_size]) * block_size * row +
-           static_cast<int64_t>(pos % block_size) * row;
+  const int kv_begin = head_begin / group, kv_end = (head_end - 1) / group + 1;
+  thread_local std::vector<float> converted;
+  if (converted.size() < static_cast<size_t>(shape.num_kv_heads) * head_dim) {
+    converted.resize(static_cast<size_t>(shape.num_kv_heads) * head_dim);
+  }
+  // Float pointer to (slot, kv head 0): the cache itself, or the converted heads.
+  auto row_of = [&](const void* cache, int p) -> const float* {
+    const int pos = first + p;
+    const int64_t slot =
+        static_cast<int64_t>(block_table[pos / block_size]) * block_size + pos % block_size;
+    if (shape.dtype == DType::kF32) {
+      return static_cast<const float*>(cache) + KvRowIndex(shape, slot, 0);
+    }
+    for (int kv = kv_begin; kv < kv_end; ++kv) {
+      LoadKvRow(cache, shape, slot, kv, converted.data() + static_cast<int64_t>(kv) * head_dim);
+    }
+    return converted.data();
   };
-  for (int p0 = 0, count = 0; p0 < n_ctx; p0 += count) {
-    const float* k_block = k_cache + run_at(p0, &count);
-    for (int i = 0; i < count; ++i) {
-      const float* k = k_block + i * row;
-      for (int h = head_begin; h < head_end; ++h) {
-        scores[static_cast<size_t>(h - head_begin) * n_ctx + p0 + i] =
-            ops.dot(q_row + static_cast<int64_t>(h) * head_dim,
-                    k + static_cast<int64_t>(h / group) * head_dim, head_dim) *
-            scale;
-      }
+  for (int p = 0; p < n_ctx; ++p) {
+    const float* k = row_of(k_cache, p);
+    for (int h = head_begin; h < head_end; ++h) {
+      scores[static_cast<size_t>(h - head_begin) * n_ctx + p] =
+          ops.dot(q_row + static_cast<int64_t>(h) * head_dim,
+                  k + static_cast<int64_t>(h / group) * head_dim, head_dim) *
+          scale;
     }
   }
   float inv_sums[kMaxHeadsPerUnit];
@@ -77,15 +84,12 @@ void AttendHeads(const VecOps& ops, const float* q_row, const int32_t* block_tab
     }
     inv_sums[h] = static_cast<float>(1.0 / sum);
   }
-  for (int p0 = 0, count = 0; p0 < n_ctx; p0 += count) {
-    const float* v_block = v_cache + run_at(p0, &count);
-    for (int i = 0; i < count; ++i) {
-      const float* v = v_block + i * row;
-      for (int h = head_begin; h < head_end; ++h) {
-        ops.axpy(scores[static_cast<size_t>(h - head_begin) * n_ctx + p0 + i],
-                 v + static_cast<int64_t>(h / group) * head_dim,
-                 out_row + static_cast<int64_t>(h) * head_dim, head_dim);
-      }
+  for (int p = 0; p < n_ctx; ++p) {
+    const float* v = row_of(v_cache, p);
+    for (int h = head_begin; h < head_end; ++h) {
+      ops.axpy(scores[static_cast<size_t>(h - head_begin) * n_ctx + p],
+               v + static_cast<int64_t>(h / group) * head_dim,
+               out_row + static_cast<int64_t>(h) * head_dim, head_dim);
     }
   }
   for (int h = head_begin; h < head_end; ++h) {
@@ -98,8 +102,8 @@ void AttendHeads(const VecOps& ops, const float* q_row, const int32_t* block_tab
 }  // namespace
 
 void PagedAttentionAtLevel(SimdLevel level, const float* q, int q_stride,
-                           const AttentionBatch& batch, const float* k_cache,
-                           const float* v_cache, const KvCacheShape& shape, int num_q_heads,
+                           const AttentionBatch& batch, const void* k_cache,
+                           const void* v_cache, const KvCacheShape& shape, int num_q_heads,
                            float scale, float* out, ThreadPool* pool) {
   if (batch.num_tokens <= 0 || num_q_heads <= 0 || shape.num_kv_heads <= 0) return;
   const int head_dim = shape.head_dim;
@@ -107,7 +111,7 @@ void PagedAttentionAtLevel(SimdLevel level, const float* q, int q_stride,
   const VecOps& ops = GetVecOps(level);
   attention_internal::AttendHeadsFn wide = nullptr;
   if (level >= SimdLevel::kAvx512 && level <= DetectSimdLevel()) {
-    wide = attention_internal::Avx512AttendHeads(head_dim);
+    wide = attention_internal::Avx512AttendHeads(head_dim, shape.dtype);
   }
 
   std::vector<TokenInfo> tokens(batch.num_tokens, TokenInfo{0, -1});
@@ -167,7 +171,7 @@ void PagedAttentionAtLevel(SimdLevel level, const float* q, int q_stride,
 }
 
 void PagedAttention(const float* q, int q_stride, const AttentionBatch& batch,
-                    const float* k_cache, const float* v_cache, const KvCacheShape& shape,
+                    const void* k_cache, const void* v_cache, const KvCacheShape& shape,
                     int num_q_heads, float scale, float* out, ThreadPool* pool) {
   PagedAttentionAtLevel(ActiveSimdLevel(), q, q_stride, batch, k_cache, v_cache, shape,
                         num_q_heads, scale, out, pool);

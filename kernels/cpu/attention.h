@@ -10,17 +10,18 @@ namespace tessera::kernels {
 // Causal paged attention, prefill and decode alike (see Backend::PagedAttention). Token j
 // of sequence s (of n new tokens) sits at position context_lens[s] - n + j and attends to
 // cache positions [0, position], or (position - batch.sliding_window, position] with a
-// window. Float32 throughout, softmax with max subtraction.
+// window. The cache is read in shape.dtype and converted to float; float32 arithmetic
+// throughout, softmax with max subtraction.
 // Parallel over (token, query head) on `pool` (may be null). All batch arrays are host
 // memory. Uses the ActiveSimdLevel() code path.
 void PagedAttention(const float* q, int q_stride, const AttentionBatch& batch,
-                    const float* k_cache, const float* v_cache, const KvCacheShape& shape,
+                    const void* k_cache, const void* v_cache, const KvCacheShape& shape,
                     int num_q_heads, float scale, float* out, ThreadPool* pool);
 
 // The same with an explicit code path (unsupported levels fall back to scalar).
 void PagedAttentionAtLevel(SimdLevel level, const float* q, int q_stride,
-                           const AttentionBatch& batch, const float* k_cache,
-                           const float* v_cache, const KvCacheShape& shape, int num_q_heads,
+                           const AttentionBatch& batch, const void* k_cache,
+                           const void* v_cache, const KvCacheShape& shape, int num_q_heads,
                            float scale, float* out, ThreadPool* pool);
 
 }  // namespace tessera::kernels

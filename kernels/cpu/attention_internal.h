@@ -14,12 +14,13 @@ namespace tessera::kernels::attention_internal {
 // `out_row`. Query head h reads KV head h / group. `scores` is scratch.
 using AttendHeadsFn = void (*)(const float* q_row, const int32_t* block_table, int position,
                                int window, int head_begin, int head_end, int group,
-                               const float* k_cache, const float* v_cache,
+                               const void* k_cache, const void* v_cache,
                                const KvCacheShape& shape, float scale,
                                std::vector<float>& scores, float* out_row);
 
-// The AVX-512 kernel for this head size, or nullptr where it has none (32, 64, 128 only).
-AttendHeadsFn Avx512AttendHeads(int head_dim);
+// The AVX-512 kernel for this head size and cache type, or nullptr where it has none
+// (head sizes 32, 64, 128; F32, BF16 and F8E4M3 caches).
+AttendHeadsFn Avx512AttendHeads(int head_dim, DType cache_dtype);
 
 }  // namespace tessera::kernels::attention_internal
 

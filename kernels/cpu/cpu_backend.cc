@@ -89,11 +89,11 @@ class CpuBackend final : public Backend {
     kernels::SiluMul(gate_up, n, inter, out, &pool_);
   }
   void WriteKvCache(const float* k, const float* v, int row_stride, const int64_t* slots, int n,
-                    const KvCacheShape& shape, float* k_cache, float* v_cache) override {
+                    const KvCacheShape& shape, void* k_cache, void* v_cache) override {
     kernels::WriteKvCache(k, v, row_stride, slots, n, shape, k_cache, v_cache);
   }
   void PagedAttention(const float* q, int q_stride, const AttentionBatch& batch,
-                      const float* k_cache, const float* v_cache, const KvCacheShape& shape,
+                      const void* k_cache, const void* v_cache, const KvCacheShape& shape,
                       int num_q_heads, float scale, float* out) override {
     kernels::PagedAttention(q, q_stride, batch, k_cache, v_cache, shape, num_q_heads, scale,
                             out, &pool_);

@@ -5,6 +5,7 @@
 #include <cstring>
 
 #include "common/dtype.h"
+#include "kernels/cpu/kv_cache_format.h"
 
 namespace tessera::kernels {
 namespace {
@@ -81,16 +82,23 @@ void EmbeddingGather(const int32_t* ids, int n, const MatrixView& table, int64_t
 }
 
 void WriteKvCache(const float* k, const float* v, int row_stride, const int64_t* slots, int n,
-                  const KvCacheShape& shape, float* k_cache, float* v_cache) {
+                  const KvCacheShape& shape, void* k_cache, void* v_cache) {
   const int64_t row = static_cast<int64_t>(shape.num_kv_heads) * shape.head_dim;
   const int64_t num_slots = static_cast<int64_t>(shape.num_blocks) * shape.block_size;
   for (int i = 0; i < n; ++i) {
     const int64_t slot = slots[i];
     if (slot < 0 || slot >= num_slots) continue;
-    std::memcpy(k_cache + slot * row, k + static_cast<int64_t>(i) * row_stride,
-                sizeof(float) * row);
-    std::memcpy(v_cache + slot * row, v + static_cast<int64_t>(i) * row_stride,
-                sizeof(float) * row);
+    const float* k_row = k + static_cast<int64_t>(i) * row_stride;
+    const float* v_row = v + static_cast<int64_t>(i) * row_stride;
+    if (shape.dtype == DType::kF32) {
+      std::memcpy(static_cast<float*>(k_cache) + slot * row, k_row, sizeof(float) * row);
+      std::memcpy(static_cast<float*>(v_cache) + slot * row, v_row, sizeof(float) * row);
+      continue;
+    }
+    for (int h = 0; h < shape.num_kv_heads; ++h) {
+      StoreKvRow(k_row + h * shape.head_dim, shape, slot, h, k_cache);
+      StoreKvRow(v_row + h * shape.head_dim, shape, slot, h, v_cache);
+    }
   }
 }
 

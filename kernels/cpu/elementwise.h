@@ -25,11 +25,12 @@ void AddBias(float* y, const float* bias, int n, int dim, ThreadPool* pool);
 void EmbeddingGather(const int32_t* ids, int n, const MatrixView& table, int64_t vocab_begin,
                      float* out, ThreadPool* pool);
 
-// Copies the first kv_heads * head_dim floats of k and v row i (rows row_stride apart) to
-// cache slot slots[i] of a [num_blocks, block_size, kv_heads, head_dim] cache. Negative
-// slots (padding) and slots past the cache are skipped.
+// Stores the first kv_heads * head_dim floats of k and v row i (rows row_stride apart) at
+// cache slot slots[i] of a [num_blocks, block_size, kv_heads, head_dim] cache of
+// shape.dtype (see kv_cache_format.h). Negative slots (padding) and slots past the cache
+// are skipped.
 void WriteKvCache(const float* k, const float* v, int row_stride, const int64_t* slots, int n,
-                  const KvCacheShape& shape, float* k_cache, float* v_cache);
+                  const KvCacheShape& shape, void* k_cache, void* v_cache);
 
 }  // namespace tessera::kernels
 

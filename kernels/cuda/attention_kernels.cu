@@ -1,6 +1,8 @@
 // Paged attention: a split-K decode kernel + its reduction, and a tiled prefill kernel.
 // Both read K/V through kernels/cuda/paged_index.h; launchers at the end turn head_dim
 // into a template constant.
+#include <cuda_fp8.h>
+
 #include <algorithm>
 #include <cmath>
 #include <string>
@@ -21,8 +23,10 @@ struct AttentionArgs {
   const int32_t* block_tables;
   int max_blocks_per_seq;
   int num_seqs;
-  const float* k_cache;
-  const float* v_cache;
+  const void* k_cache;
+  const void* v_cache;
+  const float* k_scales;  // FP8 caches: one scale per (slot, kv head); else null.
+  const float* v_scales;
   int block_size;
   int num_kv_heads;
   int num_q_heads;
@@ -30,6 +34,54 @@ struct AttentionArgs {
   int window;  // AttentionBatch::sliding_window; 0 = none.
   float* out;  // [num_tokens, num_q_heads * head_dim]
 };
+
+// How each cache element type is read: four consecutive elements at element offset `off`
+// as floats (times the row's scale for FP8, applied by the kernels through Scale()).
+struct F32Cache {
+  static constexpr bool kScaled = false;
+  __device__ static float4 Load4(const void* c, int64_t off) {
+    return *reinterpret_cast<const float4*>(static_cast<const float*>(c) + off);
+  }
+  __device__ static float Load(const void* c, int64_t off) {
+    return static_cast<const float*>(c)[off];
+  }
+};
+
+struct Bf16Cache {
+  static constexpr bool kScaled = false;
+  __device__ static float4 Load4(const void* c, int64_t off) {
+    const uint2 raw = *reinterpret_cast<const uint2*>(static_cast<const __nv_bfloat16*>(c) + off);
+    const __nv_bfloat162 a = *reinterpret_cast<const __nv_bfloat162*>(&raw.x);
+    const __nv_bfloat162 b = *reinterpret_cast<const __nv_bfloat162*>(&raw.y);
+    const float2 fa = __bfloat1622float2(a), fb = __bfloat1622float2(b);
+    return make_float4(fa.x, fa.y, fb.x, fb.y);
+  }
+  __device__ static float Load(const void* c, int64_t off) {
+    return __bfloat162float(static_cast<const __nv_bfloat16*>(c)[off]);
+  }
+};
+
+struct Fp8Cache {
+  static constexpr bool kScaled = true;
+  __device__ static float Convert(uint8_t b) {
+    return static_cast<float>(*reinterpret_cast<const __nv_fp8_e4m3*>(&b));
+  }
+  __device__ static float4 Load4(const void* c, int64_t off) {
+    const uint32_t raw = *reinterpret_cast<const uint32_t*>(static_cast<const uint8_t*>(c) + off);
+    return make_float4(Convert(raw & 0xff), Convert((raw >> 8) & 0xff), Convert((raw >> 16) & 0xff),
+                       Convert(raw >> 24));
+  }
+  __device__ static float Load(const void* c, int64_t off) {
+    return Convert(static_cast<const uint8_t*>(c)[off]);
+  }
+};
+
+// The scale of the row at element offset `row_off` (a multiple of D): 1 unless FP8.
+template <class Cache, int D>
+__device__ __forceinline__ float Scale(const float* scales, int64_t row_off) {
+  if constexpr (Cache::kScaled) return scales[row_off / D];
+  return 1.0f;
+}
 
 // ---------------------------------------------------------------------------------------
 // Split-K kernel. A "group" of kGroup threads handles one key at a time, each thread owning
@@ -45,7 +97,7 @@ struct SplitLayout {
   static_assert(kPerThread % 4 == 0, "float4 loads");
 };
 
-template <int D>
+template <int D, class Cache>
 __global__ void __launch_bounds__(kSplitThreads)
     AttentionSplitKernel(AttentionArgs a, int partition_size, int num_partitions,
                          float* part_max, float* part_sum, float* part_acc) {
@@ -79,28 +131,32 @@ __global__ void __launch_bounds__(kSplitThreads)
   for (int k0 = begin; k0 < end; k0 += L::kGroups) {
     const int key = k0 + group;
     const bool valid = key < end;
-    int64_t off = 0;
+    int64_t row_off = 0;
     float s = 0.0f;
     if (valid) {
-      off = paged::CacheOffset(paged::SlotOf(table, key, a.block_size), a.num_kv_heads, D,
-                               kv_head) + d0;
+      row_off = paged::CacheOffset(paged::SlotOf(table, key, a.block_size), a.num_kv_heads, D,
+                                   kv_head);
+      const int64_t off = row_off + d0;
       for (int i = 0; i < L::kPerThread; i += 4) {
-        const float4 kk = *reinterpret_cast<const float4*>(a.k_cache + off + i);
+        const float4 kk = Cache::Load4(a.k_cache, off + i);
         s += qv[i] * kk.x + qv[i + 1] * kk.y + qv[i + 2] * kk.z + qv[i + 3] * kk.w;
       }
     }
     for (int o = L::kGroup / 2; o > 0; o >>= 1) s += __shfl_xor_sync(kFullMask, s, o);
     if (valid) {
+      s *= Scale<Cache, D>(a.k_scales, row_off);
       const float m_new = fmaxf(m, s);
       const float alpha = expf(m - m_new);  // 0 while m is -inf.
       const float p = expf(s - m_new);
       l = l * alpha + p;
+      const float pv = p * Scale<Cache, D>(a.v_scales, row_off);
+      const int64_t off = row_off + d0;
       for (int i = 0; i < L::kPerThread; i += 4) {
-        const float4 vv = *reinterpret_cast<const float4*>(a.v_cache + off + i);
-        acc[i] = acc[i] * alpha + p * vv.x;
-        acc[i + 1] = acc[i + 1] * alpha + p * vv.y;
-        acc[i + 2] = acc[i + 2] * alpha + p * vv.z;
-        acc[i + 3] = acc[i + 3] * alpha + p * vv.w;
+        const float4 vv = Cache::Load4(a.v_cache, off + i);
+        acc[i] = acc[i] * alpha + pv * vv.x;
+        acc[i + 1] = acc[i + 1] * alpha + pv * vv.y;
+        acc[i + 2] = acc[i + 2] * alpha + pv * vv.z;
+        acc[i + 3] = acc[i + 3] * alpha + pv * vv.w;
       }
       m = m_new;
     }
@@ -176,7 +232,7 @@ constexpr int kPrefillKeys = 32;
 constexpr int kPrefillThreads = 128;
 constexpr int kRowsPerWarp = kPrefillRows / (kPrefillThreads / 32);
 
-template <int D>
+template <int D, class Cache>
 __global__ void __launch_bounds__(kPrefillThreads) AttentionPrefillKernel(AttentionArgs a) {
   constexpr int kDimsPerLane = (D + 31) / 32;
   __shared__ float s_q[kPrefillRows][D];
@@ -247,10 +303,10 @@ __global__ void __launch_bounds__(kPrefillThreads) AttentionPrefillKernel(Attent
       float kv = 0.0f;
       float vv = 0.0f;
       if (key < kv_end) {
-        const int64_t off = paged::CacheOffset(paged::SlotOf(table, key, a.block_size),
-                                               a.num_kv_heads, D, kv_head) + d;
-        kv = a.k_cache[off];
-        vv = a.v_cache[off];
+        const int64_t row_off = paged::CacheOffset(paged::SlotOf(table, key, a.block_size),
+                                                   a.num_kv_heads, D, kv_head);
+        kv = Cache::Load(a.k_cache, row_off + d) * Scale<Cache, D>(a.k_scales, row_off);
+        vv = Cache::Load(a.v_cache, row_off + d) * Scale<Cache, D>(a.v_scales, row_off);
       }
       s_k[j][d] = kv;
       s_v[j][d] = vv;
@@ -321,8 +377,14 @@ bool CheckShapes(const char* what, const AttentionBatch& batch, const KvCacheSha
 }
 
 AttentionArgs MakeArgs(const float* q, int q_stride, const AttentionBatch& batch,
-                       const float* k_cache, const float* v_cache, const KvCacheShape& shape,
+                       const void* k_cache, const void* v_cache, const KvCacheShape& shape,
                        int num_q_heads, float scale, float* out) {
+  const bool fp8 = shape.dtype == DType::kF8E4M3;
+  auto scales_of = [&](const void* cache) -> const float* {
+    return fp8 ? reinterpret_cast<const float*>(static_cast<const char*>(cache) +
+                                                shape.scales_offset())
+               : nullptr;
+  };
   return AttentionArgs{q,
                        q_stride,
                        batch.query_start,
@@ -332,6 +394,8 @@ AttentionArgs MakeArgs(const float* q, int q_stride, const AttentionBatch& batch
                        batch.num_seqs,
                        k_cache,
                        v_cache,
+                       scales_of(k_cache),
+                       scales_of(v_cache),
                        shape.block_size,
                        shape.num_kv_heads,
                        num_q_heads,
@@ -358,7 +422,7 @@ int PickPartitionSize(const AttentionBatch& batch, const KvCacheShape& shape, in
   return static_cast<int>((max_keys + parts - 1) / parts);
 }
 
-template <int D>
+template <int D, class Cache>
 bool LaunchSplitFor(const AttentionArgs& args, int num_tokens, int partition_size,
                     int num_partitions, float* workspace, cudaStream_t stream,
                     std::string* error) {
@@ -367,7 +431,7 @@ bool LaunchSplitFor(const AttentionArgs& args, int num_tokens, int partition_siz
   float* part_sum = part_max + rows * num_partitions;
   float* part_acc = part_sum + rows * num_partitions;
   const dim3 grid(num_tokens, args.num_q_heads, num_partitions);
-  AttentionSplitKernel<D><<<grid, kSplitThreads, 0, stream>>>(args, partition_size,
+  AttentionSplitKernel<D, Cache><<<grid, kSplitThreads, 0, stream>>>(args, partition_size,
                                                               num_partitions, part_max,
                                                               part_sum, part_acc);
   if (!CheckLaunch("PagedAttentionSplit", error)) return false;
@@ -379,12 +443,12 @@ bool LaunchSplitFor(const AttentionArgs& args, int num_tokens, int partition_siz
   return true;
 }
 
-template <int D>
+template <int D, class Cache>
 bool LaunchPrefillFor(const AttentionArgs& args, int num_tokens, cudaStream_t stream,
                       std::string* error) {
   // Tiles never straddle sequences, so each sequence adds at most one partial tile.
   const int tiles = (num_tokens + kPrefillRows - 1) / kPrefillRows + args.num_seqs;
-  AttentionPrefillKernel<D><<<dim3(tiles, args.num_q_heads), kPrefillThreads, 0, stream>>>(
+  AttentionPrefillKernel<D, Cache><<<dim3(tiles, args.num_q_heads), kPrefillThreads, 0, stream>>>(
       args);
   return CheckLaunch("PagedAttentionPrefill", error);
 }
@@ -405,7 +469,7 @@ size_t AttentionSplitWorkspaceBytes(const AttentionBatch& batch, const KvCacheSh
 }
 
 bool LaunchPagedAttentionSplit(const float* q, int q_stride, const AttentionBatch& batch,
-                               const float* k_cache, const float* v_cache,
+                               const void* k_cache, const void* v_cache,
                                const KvCacheShape& shape, int num_q_heads, float scale,
                                int partition_size, void* workspace, size_t workspace_bytes,
                                float* out, cudaStream_t stream, std::string* error) {
@@ -426,32 +490,51 @@ bool LaunchPagedAttentionSplit(const float* q, int q_stride, const AttentionBatc
       MakeArgs(q, q_stride, batch, k_cache, v_cache, shape, num_q_heads, scale, out);
   float* ws = static_cast<float*>(workspace);
   const int p = static_cast<int>(parts);
-  switch (shape.head_dim) {
-    case 8: return LaunchSplitFor<8>(args, batch.num_tokens, size, p, ws, stream, error);
-    case 16: return LaunchSplitFor<16>(args, batch.num_tokens, size, p, ws, stream, error);
-    case 32: return LaunchSplitFor<32>(args, batch.num_tokens, size, p, ws, stream, error);
-    case 64: return LaunchSplitFor<64>(args, batch.num_tokens, size, p, ws, stream, error);
-    case 128: return LaunchSplitFor<128>(args, batch.num_tokens, size, p, ws, stream, error);
+  auto launch = [&](auto cache) {
+    using Cache = decltype(cache);
+    switch (shape.head_dim) {
+      case 8: return LaunchSplitFor<8, Cache>(args, batch.num_tokens, size, p, ws, stream, error);
+      case 16: return LaunchSplitFor<16, Cache>(args, batch.num_tokens, size, p, ws, stream, error);
+      case 32: return LaunchSplitFor<32, Cache>(args, batch.num_tokens, size, p, ws, stream, error);
+      case 64: return LaunchSplitFor<64, Cache>(args, batch.num_tokens, size, p, ws, stream, error);
+      case 128:
+        return LaunchSplitFor<128, Cache>(args, batch.num_tokens, size, p, ws, stream, error);
+    }
+    return Fail(error, "PagedAttentionSplit: unreachable head_dim");
+  };
+  switch (shape.dtype) {
+    case DType::kF32: return launch(F32Cache{});
+    case DType::kBF16: return launch(Bf16Cache{});
+    case DType::kF8E4M3: return launch(Fp8Cache{});
+    default: return Fail(error, "PagedAttentionSplit: unsupported cache dtype");
   }
-  return Fail(error, "PagedAttentionSplit: unreachable head_dim");
 }
 
 bool LaunchPagedAttentionPrefill(const float* q, int q_stride, const AttentionBatch& batch,
-                                 const float* k_cache, const float* v_cache,
+                                 const void* k_cache, const void* v_cache,
                                  const KvCacheShape& shape, int num_q_heads, float scale,
                                  float* out, cudaStream_t stream, std::string* error) {
   if (batch.num_tokens <= 0) return true;
   if (!CheckShapes("PagedAttentionPrefill", batch, shape, num_q_heads, error)) return false;
   const AttentionArgs args =
       MakeArgs(q, q_stride, batch, k_cache, v_cache, shape, num_q_heads, scale, out);
-  switch (shape.head_dim) {
-    case 8: return LaunchPrefillFor<8>(args, batch.num_tokens, stream, error);
-    case 16: return LaunchPrefillFor<16>(args, batch.num_tokens, stream, error);
-    case 32: return LaunchPrefillFor<32>(args, batch.num_tokens, stream, error);
-    case 64: return LaunchPrefillFor<64>(args, batch.num_tokens, stream, error);
-    case 128: return LaunchPrefillFor<128>(args, batch.num_tokens, stream, error);
+  auto launch = [&](auto cache) {
+    using Cache = decltype(cache);
+    switch (shape.head_dim) {
+      case 8: return LaunchPrefillFor<8, Cache>(args, batch.num_tokens, stream, error);
+      case 16: return LaunchPrefillFor<16, Cache>(args, batch.num_tokens, stream, error);
+      case 32: return LaunchPrefillFor<32, Cache>(args, batch.num_tokens, stream, error);
+      case 64: return LaunchPrefillFor<64, Cache>(args, batch.num_tokens, stream, error);
+      case 128: return LaunchPrefillFor<128, Cache>(args, batch.num_tokens, stream, error);
+    }
+    return Fail(error, "PagedAttentionPrefill: unreachable head_dim");
+  };
+  switch (shape.dtype) {
+    case DType::kF32: return launch(F32Cache{});
+    case DType::kBF16: return launch(Bf16Cache{});
+    case DType::kF8E4M3: return launch(Fp8Cache{});
+    default: return Fail(error, "PagedAttentionPrefill: unsupported cache dtype");
   }
-  return Fail(error, "PagedAttentionPrefill: unreachable head_dim");
 }
 
 }  // namespace tessera::kernels::gpu

@@ -233,7 +233,7 @@ void CudaBackend::SiluMul(const float* gate_up, int n, int inter, float* out) {
 
 void CudaBackend::WriteKvCache(const float* k, const float* v, int row_stride,
                                const int64_t* slots, int n, const KvCacheShape& shape,
-                               float* k_cache, float* v_cache) {
+                               void* k_cache, void* v_cache) {
   std::string error;
   RecordLaunch(gpu::LaunchWriteKvCache(k, v, row_stride, slots, n, shape, k_cache, v_cache,
                                        stream_, &error),
@@ -241,7 +241,7 @@ void CudaBackend::WriteKvCache(const float* k, const float* v, int row_stride,
 }
 
 void CudaBackend::PagedAttention(const float* q, int q_stride, const AttentionBatch& batch,
-                                 const float* k_cache, const float* v_cache,
+                                 const void* k_cache, const void* v_cache,
                                  const KvCacheShape& shape, int num_q_heads, float scale,
                                  float* out) {
   std::string error;

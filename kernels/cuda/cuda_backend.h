@@ -61,11 +61,11 @@ class CudaBackend final : public Backend {
   void AddBias(float* y, const float* bias, int n, int dim) override;
   void SiluMul(const float* gate_up, int n, int inter, float* out) override;
   void WriteKvCache(const float* k, const float* v, int row_stride, const int64_t* slots, int n,
-                    const KvCacheShape& shape, float* k_cache, float* v_cache) override;
+                    const KvCacheShape& shape, void* k_cache, void* v_cache) override;
   // Pure decode batches (one token per sequence) use the split-K kernel, others the tiled
   // prefill kernel.
   void PagedAttention(const float* q, int q_stride, const AttentionBatch& batch,
-                      const float* k_cache, const float* v_cache, const KvCacheShape& shape,
+                      const void* k_cache, const void* v_cache, const KvCacheShape& shape,
                       int num_q_heads, float scale, float* out) override;
   void Add(float* y, const float* x, size_t n) override;
 

@@ -1,6 +1,7 @@
 // Row and element-wise ops of the Backend interface. Kernel bodies first, launchers after.
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
+#include <cuda_fp8.h>
 
 #include <cmath>
 #include <string>
@@ -88,9 +89,13 @@ __global__ void SiluMulKernel(const float* gate_up, int n, int inter, float* out
   }
 }
 
+__device__ __forceinline__ void StoreAs(float x, float* out) { *out = x; }
+__device__ __forceinline__ void StoreAs(float x, __nv_bfloat16* out) { *out = __float2bfloat16_rn(x); }
+
+template <typename T>
 __global__ void WriteKvCacheKernel(const float* k, const float* v, int row_stride,
                                    const int64_t* slots, int n, int64_t width, int64_t num_slots,
-                                   float* k_cache, float* v_cache) {
+                                   T* k_cache, T* v_cache) {
   const int64_t total = static_cast<int64_t>(n) * width;
   for (int64_t e = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; e < total;
        e += static_cast<int64_t>(gridDim.x) * blockDim.x) {
@@ -98,9 +103,38 @@ __global__ void WriteKvCacheKernel(const float* k, const float* v, int row_strid
     const int64_t j = e % width;
     const int64_t slot = slots[i];
     if (slot < 0 || slot >= num_slots) continue;
-    k_cache[slot * width + j] = k[i * row_stride + j];
-    v_cache[slot * width + j] = v[i * row_stride + j];
+    StoreAs(k[i * row_stride + j], &k_cache[slot * width + j]);
+    StoreAs(v[i * row_stride + j], &v_cache[slot * width + j]);
   }
+}
+
+// FP8 rows: one warp per (token, head, K or V) finds the row's max |x|, stores x / scale
+// with scale = max / 448 (saturating, like the CPU's F32ToFp8E4M3) and the scale.
+__global__ void WriteKvCacheFp8Kernel(const float* k, const float* v, int row_stride,
+                                      const int64_t* slots, int n, int heads, int head_dim,
+                                      int64_t num_slots, uint8_t* k_cache, uint8_t* v_cache,
+                                      float* k_scales, float* v_scales) {
+  const int64_t warp = (blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x) / 32;
+  const int lane = threadIdx.x % 32;
+  if (warp >= static_cast<int64_t>(n) * heads * 2) return;  // Whole warps exit together.
+  const bool is_v = (warp & 1) != 0;
+  const int64_t i = (warp / 2) / heads;
+  const int h = static_cast<int>((warp / 2) % heads);
+  const int64_t slot = slots[i];
+  if (slot < 0 || slot >= num_slots) return;
+  const float* src = (is_v ? v : k) + i * row_stride + static_cast<int64_t>(h) * head_dim;
+  float amax = 0.0f;
+  for (int d = lane; d < head_dim; d += 32) amax = fmaxf(amax, fabsf(src[d]));
+  amax = WarpMax(amax);
+  const float scale = amax > 0.0f ? amax / 448.0f : 1.0f;
+  const float inv = 1.0f / scale;
+  const int64_t row = slot * heads + h;
+  uint8_t* dst = (is_v ? v_cache : k_cache) + row * head_dim;
+  for (int d = lane; d < head_dim; d += 32) {
+    const __nv_fp8_e4m3 q(src[d] * inv);
+    dst[d] = q.__x;
+  }
+  if (lane == 0) (is_v ? v_scales : k_scales)[row] = scale;
 }
 
 __global__ void AddBiasKernel(float* y, const float* bias, int64_t total, int dim) {
@@ -210,13 +244,37 @@ bool LaunchSiluMul(const float* gate_up, int n, int inter, float* out, cudaStrea
 }
 
 bool LaunchWriteKvCache(const float* k, const float* v, int row_stride, const int64_t* slots,
-                        int n, const KvCacheShape& shape, float* k_cache, float* v_cache,
+                        int n, const KvCacheShape& shape, void* k_cache, void* v_cache,
                         cudaStream_t stream, std::string* error) {
   const int64_t width = static_cast<int64_t>(shape.num_kv_heads) * shape.head_dim;
   if (n <= 0 || width <= 0) return true;
-  WriteKvCacheKernel<<<GridFor(n * width, kThreads), kThreads, 0, stream>>>(
-      k, v, row_stride, slots, n, width,
-      static_cast<int64_t>(shape.num_blocks) * shape.block_size, k_cache, v_cache);
+  const int64_t num_slots = static_cast<int64_t>(shape.num_blocks) * shape.block_size;
+  switch (shape.dtype) {
+    case DType::kF32:
+      WriteKvCacheKernel<<<GridFor(n * width, kThreads), kThreads, 0, stream>>>(
+          k, v, row_stride, slots, n, width, num_slots, static_cast<float*>(k_cache),
+          static_cast<float*>(v_cache));
+      break;
+    case DType::kBF16:
+      WriteKvCacheKernel<<<GridFor(n * width, kThreads), kThreads, 0, stream>>>(
+          k, v, row_stride, slots, n, width, num_slots, static_cast<__nv_bfloat16*>(k_cache),
+          static_cast<__nv_bfloat16*>(v_cache));
+      break;
+    case DType::kF8E4M3: {
+      auto scales = [&](void* cache) {
+        return reinterpret_cast<float*>(static_cast<char*>(cache) + shape.scales_offset());
+      };
+      const int64_t threads = static_cast<int64_t>(n) * shape.num_kv_heads * 2 * 32;
+      WriteKvCacheFp8Kernel<<<static_cast<unsigned>((threads + kThreads - 1) / kThreads), kThreads,
+                              0, stream>>>(
+          k, v, row_stride, slots, n, shape.num_kv_heads, shape.head_dim, num_slots,
+          static_cast<uint8_t*>(k_cache), static_cast<uint8_t*>(v_cache), scales(k_cache),
+          scales(v_cache));
+      break;
+    }
+    default:
+      return Fail(error, "WriteKvCache: unsupported cache dtype");
+  }
   return CheckLaunch("WriteKvCache", error);
 }
 

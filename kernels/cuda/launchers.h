@@ -31,9 +31,10 @@ bool LaunchAddBias(float* y, const float* bias, int n, int dim, cudaStream_t str
                    std::string* error);
 bool LaunchSiluMul(const float* gate_up, int n, int inter, float* out, cudaStream_t stream,
                    std::string* error);
-// Slots outside [0, num_blocks * block_size) are skipped (padding tokens use -1).
+// Slots outside [0, num_blocks * block_size) are skipped (padding tokens use -1). Rows are
+// stored in shape.dtype (FP8 with a per-(slot, head) scale; see KvCacheShape).
 bool LaunchWriteKvCache(const float* k, const float* v, int row_stride, const int64_t* slots,
-                        int n, const KvCacheShape& shape, float* k_cache, float* v_cache,
+                        int n, const KvCacheShape& shape, void* k_cache, void* v_cache,
                         cudaStream_t stream, std::string* error);
 bool LaunchAdd(float* y, const float* x, size_t n, cudaStream_t stream, std::string* error);
 // dst[i] = round-to-nearest-even(src[i]) in `dtype` (kBF16 or kF16): GEMM activations.
@@ -58,7 +59,7 @@ bool AttentionHeadDimSupported(int head_dim);
 size_t AttentionSplitWorkspaceBytes(const AttentionBatch& batch, const KvCacheShape& shape,
                                     int num_q_heads, int partition_size);
 bool LaunchPagedAttentionSplit(const float* q, int q_stride, const AttentionBatch& batch,
-                               const float* k_cache, const float* v_cache,
+                               const void* k_cache, const void* v_cache,
                                const KvCacheShape& shape, int num_q_heads, float scale,
                                int partition_size, void* workspace, size_t workspace_bytes,
                                float* out, cudaStream_t stream, std::string* error);
@@ -66,7 +67,7 @@ bool LaunchPagedAttentionSplit(const float* q, int q_stride, const AttentionBatc
 // Tiled kernel for prefill: one block per (16 consecutive tokens of one sequence, query
 // head) walks the keys in tiles of 32 staged in shared memory. Works for any batch.
 bool LaunchPagedAttentionPrefill(const float* q, int q_stride, const AttentionBatch& batch,
-                                 const float* k_cache, const float* v_cache,
+                                 const void* k_cache, const void* v_cache,
                                  const KvCacheShape& shape, int num_q_heads, float scale,
                                  float* out, cudaStream_t stream, std::string* error);
 

@@ -6,6 +6,8 @@
 #include <functional>
 #include <limits>
 #include <thread>
+#include <utility>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "gtest/gtest.h"
@@ -317,6 +319,10 @@ TEST(ServingApiTest, ModelInfoDescribesTheCluster) {
   }
   EXPECT_GT(info->kv_capacity_tokens(), 0u);
   EXPECT_EQ(info->kv_capacity_tokens(), tokens);
+  // stories260K is F32: "auto" keeps an F32 cache; 5 layers x 2 x 4 heads x 8 x 4 bytes.
+  EXPECT_EQ(info->quantization(), "none");
+  EXPECT_EQ(info->kv_cache_dtype(), "fp32");
+  EXPECT_EQ(info->kv_cache_bytes_per_token(), 1280u);
 
   // Both replicas serve: the reference continuation comes back from each replica index
   // the router picks.
@@ -326,6 +332,36 @@ TEST(ServingApiTest, ModelInfoDescribesTheCluster) {
     ASSERT_TRUE(r.status.ok()) << r.status.error_message();
     EXPECT_EQ(r.ids(), expected.generated_ids);
     EXPECT_LT(r.response.replica(), 2u);
+  }
+}
+
+// A BF16 cache halves the bytes of a token, so the same KV budget holds twice the tokens,
+// and stories260K still produces its reference continuation; FP8 holds more again.
+TEST(ServingApiTest, KvCacheDTypeShowsInModelInfoAndCapacity) {
+  TESSERA_REQUIRE_STORIES_MODEL();
+  const auto expected = testing::LoadExpected();
+  for (const auto& [flag, bytes_per_token] :
+       std::vector<std::pair<std::string, uint64_t>>{{"bf16", 640}, {"fp8", 480}}) {
+    SCOPED_TRACE(flag);
+    testing::ClusterOptions options;
+    options.coordinator_flags = {"--kv-cache-dtype=" + flag};
+    auto cluster = StartStories(/*tp=*/1, /*replicas=*/1, options);
+    ASSERT_NE(cluster, nullptr);
+    auto info = cluster->ModelInfo();
+    ASSERT_TRUE(info.ok()) << info.status();
+    EXPECT_EQ(info->kv_cache_dtype(), flag);
+    EXPECT_EQ(info->kv_cache_bytes_per_token(), bytes_per_token);
+    // 16 MiB per worker (StartStories), blocks of 16 tokens.
+    const uint64_t blocks = (uint64_t{16} << 20) / (bytes_per_token * 16);
+    EXPECT_LE(info->kv_capacity_tokens(), blocks * 16);
+    EXPECT_GE(info->kv_capacity_tokens(), (blocks - 1) * 16);  // Block 0 may be held back.
+    const auto r = RunUnary(cluster->api(), GreedyText("Once upon a time", 60));
+    ASSERT_TRUE(r.status.ok()) << r.status.error_message();
+    if (flag == "bf16") {
+      EXPECT_EQ(r.ids(), expected.generated_ids);
+    } else {
+      EXPECT_EQ(r.ids().size(), expected.generated_ids.size());
+    }
   }
 }
 

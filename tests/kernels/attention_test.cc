@@ -1,5 +1,7 @@
 #include "kernels/cpu/attention.h"
 
+#include <cstdint>
+
 #include <algorithm>
 #include <cmath>
 #include <numeric>
@@ -10,6 +12,7 @@
 
 #include "gtest/gtest.h"
 #include "kernels/backend.h"
+#include "kernels/cpu/kv_cache_format.h"
 #include "kernels/cpu/simd.h"
 #include "kernels/cpu/thread_pool.h"
 #include "tests/kernels/reference_util.h"
@@ -226,6 +229,72 @@ TEST(PagedAttentionLongTest, LargeScoresStayFinite) {
     ExpectMatches(sc, 1.0f, level, nullptr, "large scores");
   }
 }
+
+// The cache in BF16 or FP8: the kernels must read exactly what WriteKvCache stored, so the
+// reference runs on the stored values read back as floats (the rounding itself is the
+// quality tests' business: kv_cache_format_test, kv_cache_dtype_quality_test).
+struct QuantizedCaches {
+  std::vector<uint8_t> k, v;
+  Scenario dequantized;
+};
+
+QuantizedCaches Quantize(const Scenario& sc, DType dtype) {
+  QuantizedCaches out;
+  out.dequantized = sc;
+  out.dequantized.shape.dtype = DType::kF32;
+  KvCacheShape shape = sc.shape;
+  shape.dtype = dtype;
+  out.k.assign(shape.bytes(), 0);
+  out.v.assign(shape.bytes(), 0);
+  const int64_t slots = static_cast<int64_t>(shape.num_blocks) * shape.block_size;
+  const int hd = shape.head_dim;
+  for (int64_t slot = 0; slot < slots; ++slot) {
+    for (int h = 0; h < shape.num_kv_heads; ++h) {
+      const int64_t at = KvRowIndex(shape, slot, h);
+      StoreKvRow(&sc.k_cache[at], shape, slot, h, out.k.data());
+      StoreKvRow(&sc.v_cache[at], shape, slot, h, out.v.data());
+      LoadKvRow(out.k.data(), shape, slot, h, &out.dequantized.k_cache[at]);
+      LoadKvRow(out.v.data(), shape, slot, h, &out.dequantized.v_cache[at]);
+    }
+  }
+  return out;
+}
+
+class QuantizedCacheAttentionTest : public ::testing::TestWithParam<DType> {};
+
+TEST_P(QuantizedCacheAttentionTest, ReadsTheStoredValues) {
+  const DType dtype = GetParam();
+  ThreadPool pool(3);
+  for (int head_dim : {32, 64, 128, 20}) {
+    for (int group : {1, 4}) {
+      Scenario sc = MakeScenario({97, 40, 300}, {1, 40, 7}, 16, 2, group, head_dim,
+                                 200 + head_dim + group);
+      // Rows of very different magnitudes per head, as real K rows have.
+      for (size_t i = 0; i < sc.k_cache.size(); ++i) sc.k_cache[i] *= 1.0f + (i / head_dim) % 7;
+      const QuantizedCaches q = Quantize(sc, dtype);
+      const std::vector<double> ref = Reference(q.dequantized, 0.125f);
+      KvCacheShape shape = sc.shape;
+      shape.dtype = dtype;
+      for (SimdLevel level : SupportedLevels()) {
+        std::vector<float> out(ref.size(), std::nanf(""));
+        PagedAttentionAtLevel(level, sc.q.data(), sc.q_stride, sc.Batch(), q.k.data(),
+                              q.v.data(), shape, sc.num_q_heads, 0.125f, out.data(), &pool);
+        for (size_t i = 0; i < ref.size(); ++i) {
+          ASSERT_NEAR(out[i], ref[i], 3e-5)
+              << DTypeName(dtype) << " " << SimdLevelName(level) << " head_dim " << head_dim
+              << " group " << group << " element " << i;
+        }
+      }
+    }
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(CacheTypes, QuantizedCacheAttentionTest,
+                         ::testing::Values(DType::kBF16, DType::kF8E4M3),
+                         [](const auto& info) {
+                           return info.param == DType::kBF16 ? std::string("bf16")
+                                                             : std::string("fp8");
+                         });
 
 }  // namespace
 }  // namespace tessera::kernels

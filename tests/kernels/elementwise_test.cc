@@ -7,6 +7,7 @@
 #include "gtest/gtest.h"
 #include "kernels/backend.h"
 #include "kernels/cpu/elementwise.h"
+#include "kernels/cpu/kv_cache_format.h"
 #include "kernels/cpu/norm.h"
 #include "kernels/cpu/rope.h"
 #include "kernels/cpu/thread_pool.h"
@@ -195,6 +196,55 @@ TEST(WriteKvCacheTest, StoresRowsAtTheirSlotsOnly) {
   }
   EXPECT_EQ(k_cache, k_expected);
   EXPECT_EQ(v_cache, v_expected);
+}
+
+// 16-bit and FP8 caches: each stored row reads back within the format's rounding (BF16:
+// half an ulp; FP8: half a step of 3 mantissa bits, relative to the row's own scale, so a
+// small head next to a large one keeps its precision), padding slots stay untouched.
+TEST(WriteKvCacheTest, QuantizedRowsReadBackWithinTheirRounding) {
+  for (DType dtype : {DType::kBF16, DType::kF8E4M3}) {
+    KvCacheShape shape;
+    shape.num_blocks = 3;
+    shape.block_size = 4;
+    shape.num_kv_heads = 3;
+    shape.head_dim = 32;
+    shape.dtype = dtype;
+    const int row = shape.num_kv_heads * shape.head_dim;
+    const std::vector<int64_t> slots = {5, 0, -1, 11};
+    const int n = static_cast<int>(slots.size());
+    std::vector<float> k = RandomFloats(n * row, 3), v = RandomFloats(n * row, 4);
+    for (int i = 0; i < n * row; ++i) {  // Head h of a token spans 1e-3 .. 1e2.
+      const float magnitude = std::pow(10.0f, static_cast<float>((i / shape.head_dim) % 3) * 2.5f - 3.0f);
+      k[i] *= magnitude;
+      v[i] *= magnitude;
+    }
+    std::vector<uint8_t> k_cache(shape.bytes(), 0xAB), v_cache(shape.bytes(), 0xAB);
+    WriteKvCache(k.data(), v.data(), row, slots.data(), n, shape, k_cache.data(), v_cache.data());
+    std::vector<float> back(shape.head_dim);
+    for (int i = 0; i < n; ++i) {
+      if (slots[i] < 0) continue;
+      for (int h = 0; h < shape.num_kv_heads; ++h) {
+        const float* src = &k[i * row + h * shape.head_dim];
+        float amax = 0.0f;
+        for (int d = 0; d < shape.head_dim; ++d) amax = std::max(amax, std::fabs(src[d]));
+        LoadKvRow(k_cache.data(), shape, slots[i], h, back.data());
+        for (int d = 0; d < shape.head_dim; ++d) {
+          const float bound = dtype == DType::kBF16 ? std::fabs(src[d]) / 256.0f
+                                                    : std::max(std::fabs(src[d]) / 16.0f,
+                                                               amax / 448.0f / 512.0f);
+          ASSERT_LE(std::fabs(back[d] - src[d]), bound * 1.0001f)
+              << DTypeName(dtype) << " token " << i << " head " << h << " dim " << d;
+        }
+        if (dtype == DType::kF8E4M3) {  // The row's largest value maps to 448 exactly.
+          EXPECT_FLOAT_EQ(KvScales(k_cache.data(), shape)[slots[i] * shape.num_kv_heads + h],
+                          amax / 448.0f);
+        }
+      }
+    }
+    // Slot 1 was never written: its bytes are still the fill pattern.
+    const size_t elem = DTypeSize(dtype);
+    EXPECT_EQ(k_cache[KvRowIndex(shape, 1, 0) * elem], 0xAB);
+  }
 }
 
 }  // namespace

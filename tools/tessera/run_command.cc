@@ -37,6 +37,8 @@ struct RunFlags {
   int64_t seed = -1;
   int64_t threads = 0;
   std::string device = "cpu";
+  std::string quantization = "none";
+  std::string kv_cache_dtype = "auto";
   bool json = false;
   bool ignore_eos = false;
   bool quiet = false;
@@ -73,6 +75,8 @@ int RunMain(int argc, char** argv) {
   flags.Int("seed", &f.seed, "Random seed (-1: random).");
   flags.Int("threads", &f.threads, "CPU threads (0: one per core).");
   flags.String("device", &f.device, "cpu, cuda (device 0), cuda:N, or auto (cuda when a device is usable).");
+  flags.String("quantization", &f.quantization, "Weights quantized at load time: none, int8 or fp8.");
+  flags.String("kv-cache-dtype", &f.kv_cache_dtype, "KV-cache element type: auto, bf16, fp8 or fp32.");
   flags.Bool("json", &f.json, "Print one JSON object (prompt_ids, generated_ids, text, timings).");
   flags.Bool("ignore-eos", &f.ignore_eos, "Keep generating past the end-of-sequence token.");
   flags.Bool("quiet", &f.quiet, "No progress or timing lines on stderr.");
@@ -98,6 +102,17 @@ int RunMain(int argc, char** argv) {
     prompt_ids = (*tokenizer)->Encode(f.prompt);
   }
 
+  ModelLoadOptions load_options;
+  if (auto q = ParseWeightQuantization(f.quantization); q.ok()) {
+    load_options.quantization = *q;
+  } else {
+    return Fail(absl::StrCat("--quantization: ", q.status().message()));
+  }
+  if (auto d = ParseKvCacheDType(f.kv_cache_dtype); d.ok()) {
+    load_options.kv_cache_dtype = *d;
+  } else {
+    return Fail(absl::StrCat("--kv-cache-dtype: ", d.status().message()));
+  }
   auto made_backend = MakeBackend(f.device, static_cast<int>(f.threads));
   if (!made_backend.ok()) return Fail(std::string(made_backend.status().message()));
   std::unique_ptr<kernels::Backend> backend = std::move(*made_backend);
@@ -105,7 +120,7 @@ int RunMain(int argc, char** argv) {
   ProgressLine progress("loading " + f.model);
   auto model = LlamaModel::Load(f.model, backend.get(), &comm, [&](int done, int total, uint64_t bytes) {
     if (!f.quiet) progress.Update(done, total, absl::StrFormat("(%.1f MB)", bytes / 1e6));
-  });
+  }, load_options);
   if (!model.ok()) return Fail(std::string(model.status().message()));
   const ModelConfig& config = (*model)->config();
   for (int32_t id : prompt_ids) {

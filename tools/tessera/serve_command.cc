@@ -64,6 +64,9 @@ int ServeMain(int argc, char** argv) {
   flags.Int("max-num-seqs", &max_num_seqs, "Running sequences per replica at most.");
   flags.Int("max-num-batched-tokens", &max_num_batched_tokens, "Token budget of one step.");
   flags.Int("block-size", &block_size, "Tokens per KV-cache block.");
+  std::string quantization = "none", kv_cache_dtype = "auto";
+  flags.String("quantization", &quantization, "Weights quantized at load time: none, int8 or fp8.");
+  flags.String("kv-cache-dtype", &kv_cache_dtype, "KV-cache element type: auto, bf16, fp8 or fp32.");
   flags.String("policy", &policy, "Scheduling policy: fcfs or priority.");
   flags.Int("metrics-port", &metrics_port,
             "Coordinator /metrics, /healthz, /readyz port; worker i uses metrics-port + 1 + i (0: off).");
@@ -100,6 +103,7 @@ int ServeMain(int argc, char** argv) {
                             absl::StrCat(max_num_seqs), "--block-size", absl::StrCat(block_size),
                             "--max-num-batched-tokens", absl::StrCat(max_num_batched_tokens),
                             "--policy", policy, "--communicator", communicator,
+                            "--quantization", quantization, "--kv-cache-dtype", kv_cache_dtype,
                             "--metrics-port", absl::StrCat(metrics_port)}));
   for (int w = 0; w < workers; ++w) {
     children.push_back(Spawn({(dir / "tessera-worker").string(), "--coordinator",

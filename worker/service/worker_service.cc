@@ -185,6 +185,17 @@ grpc::Status WorkerServiceImpl::LoadShard(grpc::ServerContext*, const v1::LoadSh
   in_group_ = false;
   executor_.reset();
   model_.reset();
+  ModelLoadOptions load_options;
+  if (auto q = ParseWeightQuantization(request->quantization()); q.ok()) {
+    load_options.quantization = *q;
+  } else {
+    return ToGrpcStatus(q.status());
+  }
+  if (auto d = ParseKvCacheDType(request->kv_cache_dtype()); d.ok()) {
+    load_options.kv_cache_dtype = *d;
+  } else {
+    return ToGrpcStatus(d.status());
+  }
   auto model = LlamaModel::Load(request->model_dir(), backend_, comm_.get(),
                                 [&](int done, int total, uint64_t bytes) {
                                   v1::LoadShardProgress p;
@@ -192,7 +203,8 @@ grpc::Status WorkerServiceImpl::LoadShard(grpc::ServerContext*, const v1::LoadSh
                                   p.set_tensors_total(total);
                                   p.set_bytes_loaded(bytes);
                                   writer->Write(p);
-                                });
+                                },
+                                load_options);
   if (!model.ok()) return ToGrpcStatus(model.status());
   model_ = std::move(*model);
   const int block_size = request->block_size() > 0 ? static_cast<int>(request->block_size()) : 16;
@@ -213,6 +225,8 @@ grpc::Status WorkerServiceImpl::LoadShard(grpc::ServerContext*, const v1::LoadSh
   last.set_kv_bytes_per_block(per_block);
   last.set_model_name(std::filesystem::path(request->model_dir()).filename().string());
   last.set_dtype(DTypeName(model_->config().torch_dtype));
+  last.set_kv_cache_dtype(std::string(KvCacheDTypeName(model_->kv_cache_dtype())));
+  last.set_quantization(std::string(WeightQuantizationName(load_options.quantization)));
   writer->Write(last);
   if (options_.metrics != nullptr) options_.metrics->ShardLoaded(last.model_name(), model_->weight_bytes());
   std::fprintf(stderr, "tessera-worker: loaded %s (%.1f MB of weights), room for %lld KV blocks\n",

@@ -237,6 +237,39 @@ TEST_F(CudaAttentionTest, WriteThenAttendMatchesCpu) {
   ExpectAllClose(d.out.ToHost(), expected, 1e-4, "write then attend");
 }
 
+// BF16 and FP8 caches: the CUDA writer stores the same bytes (and FP8 scales) as the CPU
+// one, and both attentions read them alike.
+TEST_F(CudaAttentionTest, QuantizedCachesMatchCpu) {
+  for (DType dtype : {DType::kBF16, DType::kF8E4M3}) {
+    SCOPED_TRACE(DTypeName(dtype));
+    const std::vector<SeqSpec> seqs = {{50, 50}, {30, 3}, {9, 1}};
+    const int head_dim = 64;
+    Problem p = MakeProblem(seqs, 16, head_dim, 91);
+    p.shape.dtype = dtype;
+    const int width = kKvHeads * head_dim;
+    const std::vector<float> k_new = RandomFloats(static_cast<size_t>(p.num_tokens) * width, 92);
+    const std::vector<float> v_new = RandomFloats(static_cast<size_t>(p.num_tokens) * width, 93);
+    std::vector<uint8_t> k_cache(p.shape.bytes(), 0), v_cache(p.shape.bytes(), 0);
+    DeviceProblem d(p);
+    DeviceArray<float> d_k(k_new), d_v(v_new);
+    DeviceArray<uint8_t> d_kc(k_cache), d_vc(v_cache);
+    cpu_->WriteKvCache(k_new.data(), v_new.data(), width, p.slots.data(), p.num_tokens, p.shape,
+                       k_cache.data(), v_cache.data());
+    cuda_->WriteKvCache(d_k.get(), d_v.get(), width, d.slots.get(), p.num_tokens, p.shape,
+                        d_kc.get(), d_vc.get());
+    const float scale = 0.125f;
+    std::vector<float> expected(static_cast<size_t>(p.num_tokens) * kQHeads * head_dim);
+    cpu_->PagedAttention(p.q.data(), p.q_stride, HostBatch(p), k_cache.data(), v_cache.data(),
+                         p.shape, kQHeads, scale, expected.data());
+    cuda_->PagedAttention(d.q.get(), p.q_stride, d.batch, d_kc.get(), d_vc.get(), p.shape,
+                          kQHeads, scale, d.out.get());
+    cuda_->Synchronize();
+    EXPECT_EQ(d_kc.ToHost(), k_cache);
+    EXPECT_EQ(d_vc.ToHost(), v_cache);
+    ExpectAllClose(d.out.ToHost(), expected, 1e-4, "quantized cache");
+  }
+}
+
 TEST_F(CudaAttentionTest, UnsupportedHeadDimIsReportedByTheBackend) {
   const Problem p = MakeProblem({{5, 1}}, 16, 8, 5);
   DeviceProblem d(p);

@@ -22,9 +22,11 @@
 #include "benchmark/benchmark.h"
 #include "benchmarks/roofline/memory_bandwidth.h"
 #include "common/dtype.h"
+#include "common/quantization.h"
 #include "kernels/backend.h"
 #include "kernels/cpu/attention.h"
 #include "kernels/cpu/gemm.h"
+#include "kernels/cpu/kv_cache_format.h"
 #include "kernels/cpu/norm.h"
 #include "kernels/cpu/simd.h"
 #include "kernels/cpu/thread_pool.h"
@@ -164,15 +166,17 @@ void BM_Bf16DotPeak(benchmark::State& state) {
 BENCHMARK(BM_Bf16DotPeak)->UseRealTime();
 #endif
 
-// Decode attention: args num_seqs, context, q heads, kv heads, head_dim; one new token per
-// sequence.
+// Decode attention: args num_seqs, context, q heads, kv heads, head_dim, cache dtype (0 F32,
+// 1 BF16, 2 FP8 E4M3); one new token per sequence.
 void BM_PagedAttentionDecode(benchmark::State& state) {
   const int num_seqs = static_cast<int>(state.range(0));
   const int context = static_cast<int>(state.range(1));
   const int q_heads = static_cast<int>(state.range(2));
   const int kv_heads = static_cast<int>(state.range(3));
   const int head_dim = static_cast<int>(state.range(4));
+  const DType dtypes[] = {DType::kF32, DType::kBF16, DType::kF8E4M3};
   KvCacheShape shape;
+  shape.dtype = dtypes[state.range(5)];
   shape.block_size = 16;
   shape.num_kv_heads = kv_heads;
   shape.head_dim = head_dim;
@@ -183,8 +187,19 @@ void BM_PagedAttentionDecode(benchmark::State& state) {
   std::shuffle(tables.begin(), tables.end(), std::mt19937(3));
   std::vector<int32_t> query_start(num_seqs + 1), context_lens(num_seqs, context);
   for (int s = 0; s <= num_seqs; ++s) query_start[s] = s;
-  const std::vector<float> k_cache = RandomFloats(shape.elements(), 4);
-  const std::vector<float> v_cache = RandomFloats(shape.elements(), 5);
+  // Random rows stored the way WriteKvCache stores them in this dtype.
+  std::vector<uint8_t> k_cache(shape.bytes()), v_cache(shape.bytes());
+  {
+    const std::vector<float> k = RandomFloats(shape.elements(), 4);
+    const std::vector<float> v = RandomFloats(shape.elements(), 5);
+    const int64_t slots = static_cast<int64_t>(shape.num_blocks) * shape.block_size;
+    for (int64_t slot = 0; slot < slots; ++slot) {
+      for (int h = 0; h < kv_heads; ++h) {
+        StoreKvRow(&k[KvRowIndex(shape, slot, h)], shape, slot, h, k_cache.data());
+        StoreKvRow(&v[KvRowIndex(shape, slot, h)], shape, slot, h, v_cache.data());
+      }
+    }
+  }
   const std::vector<float> q = RandomFloats(static_cast<size_t>(num_seqs) * q_heads * head_dim, 6);
   std::vector<float> out(q.size());
   AttentionBatch batch;
@@ -200,15 +215,20 @@ void BM_PagedAttentionDecode(benchmark::State& state) {
                    q_heads, scale, out.data(), &Pool());
     benchmark::DoNotOptimize(out.data());
   }
-  const double kv_bytes = 2.0 * num_seqs * context * kv_heads * head_dim * sizeof(float);
+  const double kv_bytes = 2.0 * num_seqs * context * kv_heads *
+                         (head_dim * DTypeSize(shape.dtype) + KvScaleBytes(shape.dtype));
   SetRates(state, kv_bytes, 4.0 * num_seqs * context * q_heads * head_dim);
 }
 BENCHMARK(BM_PagedAttentionDecode)
-    ->ArgNames({"seqs", "ctx", "qh", "kvh", "hd"})
-    ->Args({1, 1024, 32, 32, 64})
-    ->Args({1, 1024, 32, 4, 64})  // The side-by-side 1B model at 1k context.
-    ->Args({16, 1024, 32, 32, 64})
-    ->Args({16, 1024, 32, 8, 64})
+    ->ArgNames({"seqs", "ctx", "qh", "kvh", "hd", "dtype"})
+    ->Args({1, 1024, 32, 32, 64, 0})
+    ->Args({1, 1024, 32, 4, 64, 0})  // The side-by-side 1B model at 1k context.
+    ->Args({1, 1024, 32, 4, 64, 1})
+    ->Args({1, 1024, 32, 4, 64, 2})
+    ->Args({16, 1024, 32, 32, 64, 0})
+    ->Args({16, 1024, 32, 8, 64, 0})
+    ->Args({16, 1024, 32, 8, 64, 1})
+    ->Args({16, 1024, 32, 8, 64, 2})
     ->UseRealTime();
 
 // Args: rows, dim.

@@ -1,9 +1,11 @@
 #include "benchmarks/roofline/decode_traffic.h"
 
+#include "common/quantization.h"
+
 namespace tessera::bench {
 
 DecodeTraffic ComputeDecodeTraffic(const ModelConfig& config, const ShardLayout& layout,
-                                   DType weight_dtype, int batch, int context) {
+                                   DType weight_dtype, int batch, int context, DType kv_dtype) {
   const uint64_t w = DTypeSize(weight_dtype), f = sizeof(float);
   const uint64_t h = config.hidden_size, hd = config.head_dim;
   const uint64_t nq = layout.q_heads.size(), nkv = layout.kv_heads.size();
@@ -19,8 +21,10 @@ DecodeTraffic ComputeDecodeTraffic(const ModelConfig& config, const ShardLayout&
   t.norm_bytes = (2 * layers + 1) * h * f;
   t.lm_head_bytes = static_cast<uint64_t>(layout.vocab.size()) * h * w;
   t.embedding_row_bytes = b * h * w;
-  t.kv_read_bytes = b * ctx * layers * 2 * nkv * hd * f;
-  t.kv_write_bytes = b * layers * 2 * nkv * hd * f;
+  const uint64_t kv_token = KvCacheBytesPerToken(static_cast<int>(layers), static_cast<int>(nkv),
+                                                 static_cast<int>(hd), kv_dtype);
+  t.kv_read_bytes = b * ctx * kv_token;
+  t.kv_write_bytes = b * kv_token;
   return t;
 }
 

@@ -30,8 +30,11 @@ struct DecodeTraffic {
 
 // One decode token for each of `batch` sequences whose KV cache holds `context` tokens
 // after the step; matrices stored as `weight_dtype`.
+// `weight_dtype` is the layers' stored type (1 byte for INT8/FP8; their per-row scales are
+// under 0.1 % and left out); `kv_dtype` the KV cache's.
 DecodeTraffic ComputeDecodeTraffic(const ModelConfig& config, const ShardLayout& layout,
-                                   DType weight_dtype, int batch, int context);
+                                   DType weight_dtype, int batch, int context,
+                                   DType kv_dtype = DType::kF32);
 
 }  // namespace tessera::bench
 

@@ -111,6 +111,9 @@ int Main(int argc, char** argv) {
   flags.Int("bandwidth-reps", &bandwidth_reps, "Reads of that buffer before loading; the best read (these or\nthe ones after each step) is the ceiling.");
   flags.Bool("breakdown", &breakdown, "Also time each op over as many steps (--breakdown=false: skip).");
   flags.String("out", &out, "Write the JSON result here.");
+  std::string quantization = "none", kv_cache_dtype = "auto";
+  flags.String("quantization", &quantization, "Weights quantized at load time: none, int8 or fp8.");
+  flags.String("kv-cache-dtype", &kv_cache_dtype, "KV-cache element type: auto, bf16, fp8 or fp32.");
   if (absl::Status s = flags.Parse(argc, argv); !s.ok()) return Fail(std::string(s.message()));
   if (flags.help_requested()) {
     std::fputs(flags.Usage().c_str(), stdout);
@@ -139,13 +142,24 @@ int Main(int argc, char** argv) {
   // 2. The model, through the timing decorator (off while measuring plain steps).
   auto dtype = WeightDType(model_dir);
   if (!dtype.ok()) return Fail(std::string(dtype.status().message()));
+  ModelLoadOptions load_options;
+  if (auto q = ParseWeightQuantization(quantization); q.ok()) {
+    load_options.quantization = *q;
+  } else {
+    return Fail(absl::StrCat("--quantization: ", q.status().message()));
+  }
+  if (auto d = ParseKvCacheDType(kv_cache_dtype); d.ok()) {
+    load_options.kv_cache_dtype = *d;
+  } else {
+    return Fail(absl::StrCat("--kv-cache-dtype: ", d.status().message()));
+  }
   std::unique_ptr<kernels::Backend> cpu = kernels::MakeCpuBackend(num_threads);
   TimingBackend backend(cpu.get());
   SingleRankCommunicator comm;
   ProgressLine progress("loading " + model_dir);
   auto model = LlamaModel::Load(model_dir, &backend, &comm, [&](int done, int total, uint64_t bytes) {
     progress.Update(done, total, absl::StrFormat("(%.1f MB)", bytes / 1e6));
-  });
+  }, load_options);
   if (!model.ok()) return Fail(std::string(model.status().message()));
   const ModelConfig& config = (*model)->config();
   if (tokens > config.max_position_embeddings) {
@@ -195,8 +209,17 @@ int Main(int argc, char** argv) {
   }
 
   // 3. The roofline.
-  const DecodeTraffic traffic = ComputeDecodeTraffic(config, (*model)->layout(), *dtype,
-                                                     static_cast<int>(batch), static_cast<int>(tokens));
+  // Quantized layers stream one byte per weight; embedding and lm_head keep the file's type.
+  const DType layer_dtype =
+      load_options.quantization == WeightQuantization::kNone ? *dtype : DType::kI8;
+  DecodeTraffic traffic = ComputeDecodeTraffic(config, (*model)->layout(), layer_dtype,
+                                               static_cast<int>(batch), static_cast<int>(tokens),
+                                               (*model)->kv_cache_dtype());
+  if (layer_dtype != *dtype) {
+    traffic.lm_head_bytes = traffic.lm_head_bytes / DTypeSize(layer_dtype) * DTypeSize(*dtype);
+    traffic.embedding_row_bytes =
+        traffic.embedding_row_bytes / DTypeSize(layer_dtype) * DTypeSize(*dtype);
+  }
   // The ceiling: the best read seen, before or between the steps.
   const double ceiling = std::max(bw.best_bytes_per_second, *std::max_element(step_bw.begin(), step_bw.end()));
   const double theoretical_s = static_cast<double>(traffic.total()) / ceiling;
@@ -255,6 +278,8 @@ int Main(int argc, char** argv) {
     j["schema"] = "tessera-roofline/v1";
     const BuildInfo build = ProbeBuild();
     j["conditions"] = {{"date", UtcTimestamp()}, {"model", model_dir}, {"dtype", DTypeName(*dtype)},
+                         {"quantization", quantization},
+                         {"kv_cache_dtype", std::string(KvCacheDTypeName((*model)->kv_cache_dtype()))},
                        {"batch", batch}, {"context_tokens", tokens}, {"threads", num_threads},
                        {"steps", steps}, {"warmup_steps", warmup_steps}, {"backend", "cpu"}, {"tp", 1},
                        {"machine", ToJson(ProbeMachine())},

@@ -1,0 +1,98 @@
+// AVX-512F building blocks of the INT4 GEMM. Only this file's own functions are compiled
+// for AVX-512 (target pragma, as in gemm_avx512.cc).
+#include <cstdint>
+
+#include "kernels/cpu/gemm_int4.h"
+
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+#pragma GCC diagnostic ignored "-Wuninitialized"
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#include <immintrin.h>
+
+#if defined(__clang__)
+#pragma clang attribute push(__attribute__((target("avx512f,avx2,fma"))), apply_to = function)
+#else
+#pragma GCC push_options
+#pragma GCC target("avx512f,avx2,fma")
+#endif
+
+namespace tessera::kernels::int4_avx512 {
+namespace {
+
+// 16 codes from 8 packed bytes, in column order, as floats.
+inline __m512 Unpack16(const uint8_t* p) {
+  const __m128i bytes = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(p));
+  const __m128i mask = _mm_set1_epi8(0x0f);
+  const __m128i lo = _mm_and_si128(bytes, mask);
+  const __m128i hi = _mm_and_si128(_mm_srli_epi16(bytes, 4), mask);
+  // Byte b's low nibble is column 2b, its high nibble column 2b + 1.
+  return _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(_mm_unpacklo_epi8(lo, hi)));
+}
+
+void DequantRow(const uint8_t* packed, const float* scales, const float* zeros, int64_t cols,
+                int group, float* dst) {
+  if (group % 16 != 0) {
+    int4_internal::ScalarInt4Kernels().dequant_row(packed, scales, zeros, cols, group, dst);
+    return;
+  }
+  for (int64_t c0 = 0; c0 < cols; c0 += group) {
+    const int64_t g = c0 / group;
+    const __m512 s = _mm512_set1_ps(scales[g]);
+    const __m512 z = _mm512_set1_ps(zeros[g]);
+    for (int64_t c = c0; c < c0 + group; c += 16) {
+      _mm512_storeu_ps(dst + c, _mm512_mul_ps(s, _mm512_sub_ps(Unpack16(packed + c / 2), z)));
+    }
+  }
+}
+
+template <int kNw>
+void DotRowsN(const float* x, const float* w, int64_t ldw, int64_t k, float* out) {
+  __m512 acc[kNw];
+  for (int j = 0; j < kNw; ++j) acc[j] = _mm512_setzero_ps();
+  int64_t c = 0;
+  for (; c + 16 <= k; c += 16) {
+    const __m512 xv = _mm512_loadu_ps(x + c);
+    for (int j = 0; j < kNw; ++j) acc[j] = _mm512_fmadd_ps(xv, _mm512_loadu_ps(w + j * ldw + c), acc[j]);
+  }
+  if (c < k) {
+    const __mmask16 tail = static_cast<__mmask16>((1u << (k - c)) - 1);
+    const __m512 xv = _mm512_maskz_loadu_ps(tail, x + c);
+    for (int j = 0; j < kNw; ++j) {
+      acc[j] = _mm512_fmadd_ps(xv, _mm512_maskz_loadu_ps(tail, w + j * ldw + c), acc[j]);
+    }
+  }
+  for (int j = 0; j < kNw; ++j) out[j] = _mm512_reduce_add_ps(acc[j]);
+}
+
+void DotRows(const float* x, const float* w, int64_t ldw, int nw, int64_t k, float* out) {
+  switch (nw) {
+    case 4: DotRowsN<4>(x, w, ldw, k, out); return;
+    case 3: DotRowsN<3>(x, w, ldw, k, out); return;
+    case 2: DotRowsN<2>(x, w, ldw, k, out); return;
+    default: DotRowsN<1>(x, w, ldw, k, out); return;
+  }
+}
+
+}  // namespace
+}  // namespace tessera::kernels::int4_avx512
+
+#if defined(__clang__)
+#pragma clang attribute pop
+#else
+#pragma GCC pop_options
+#endif
+
+namespace tessera::kernels::int4_internal {
+const Int4Kernels& Avx512Int4Kernels() {
+  static const Int4Kernels kernels{int4_avx512::DequantRow, int4_avx512::DotRows};
+  return kernels;
+}
+}  // namespace tessera::kernels::int4_internal
+
+#else  // Not x86-64: the dispatcher never selects this level.
+
+namespace tessera::kernels::int4_internal {
+const Int4Kernels& Avx512Int4Kernels() { return ScalarInt4Kernels(); }
+}  // namespace tessera::kernels::int4_internal
+
+#endif

@@ -176,7 +176,7 @@ TEST(Int4CheckpointTest, GeneratedModelWithQuantizedMlp) {
   c.num_key_value_heads = 2;
   c.head_dim = 16;
   c.num_hidden_layers = 2;
-  c.vocab_size = 96;
+  c.vocab_size = 320;
   c.max_position_embeddings = 128;
   c.eos_token_ids = {2};
   const auto src = testing::ScratchDir("float");

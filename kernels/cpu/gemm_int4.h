@@ -28,7 +28,17 @@ struct Int4Kernels {
                       int64_t cols, int group, float* dst);
   // out[j] = sum_c x[c] * w[j * ldw + c] for c < k and j < nw, 1 <= nw <= 4.
   void (*dot_rows)(const float* x, const float* w, int64_t ldw, int nw, int64_t k, float* out);
+  // Fused decode GEMV, or null where the level has none: y[i * ldy + r] for i < m
+  // (m <= kMaxGemvRows) and r in [row_begin, row_end), unpacking each weight row once in
+  // registers. `xp` is x [m, k] with every 32 columns reordered to the 16 even ones then
+  // the 16 odd ones (PermuteForGemv), so a packed byte's low and high nibbles meet their
+  // activations without shuffles. Needs group % 32 == 0.
+  void (*gemv)(const float* xp, int64_t m, int64_t k, const uint8_t* packed,
+               const float* scales, const float* zeros, int group, int64_t row_begin,
+               int64_t row_end, float* y, int64_t ldy);
 };
+
+constexpr int64_t kMaxGemvRows = 4;
 
 const Int4Kernels& ScalarInt4Kernels();
 const Int4Kernels& Avx2Int4Kernels();

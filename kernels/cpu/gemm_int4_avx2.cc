@@ -88,7 +88,7 @@ void DotRows(const float* x, const float* w, int64_t ldw, int nw, int64_t k, flo
 
 namespace tessera::kernels::int4_internal {
 const Int4Kernels& Avx2Int4Kernels() {
-  static const Int4Kernels kernels{int4_avx2::DequantRow, int4_avx2::DotRows};
+  static const Int4Kernels kernels{int4_avx2::DequantRow, int4_avx2::DotRows, nullptr};
   return kernels;
 }
 }  // namespace tessera::kernels::int4_internal

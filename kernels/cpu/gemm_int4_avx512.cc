@@ -73,6 +73,55 @@ void DotRows(const float* x, const float* w, int64_t ldw, int nw, int64_t k, flo
   }
 }
 
+// One weight row against kM rows of permuted x (see Int4Kernels::gemv). Per 32 columns:
+// one 16-byte load, the low nibbles (even columns) and high nibbles (odd columns) widened
+// to floats, the group's zero subtracted, and 2 * kM FMAs. Each group's sums are scaled
+// once when the group ends.
+template <int kM>
+void GemvRow(const float* xp, int64_t k, const uint8_t* row, const float* scales,
+             const float* zeros, int group, float* out, int64_t ldy) {
+  const __m128i mask = _mm_set1_epi8(0x0f);
+  __m512 total[kM];
+  for (int i = 0; i < kM; ++i) total[i] = _mm512_setzero_ps();
+  for (int64_t c0 = 0, g = 0; c0 < k; c0 += group, ++g) {
+    const __m512 z = _mm512_set1_ps(zeros[g]);
+    __m512 even[kM], odd[kM];
+    for (int i = 0; i < kM; ++i) even[i] = odd[i] = _mm512_setzero_ps();
+    for (int64_t c = c0; c < c0 + group; c += 32) {
+      const __m128i bytes = _mm_loadu_si128(reinterpret_cast<const __m128i*>(row + c / 2));
+      const __m512 lo = _mm512_sub_ps(
+          _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(_mm_and_si128(bytes, mask))), z);
+      const __m512 hi = _mm512_sub_ps(
+          _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(_mm_and_si128(_mm_srli_epi16(bytes, 4), mask))),
+          z);
+      for (int i = 0; i < kM; ++i) {
+        even[i] = _mm512_fmadd_ps(_mm512_loadu_ps(xp + i * k + c), lo, even[i]);
+        odd[i] = _mm512_fmadd_ps(_mm512_loadu_ps(xp + i * k + c + 16), hi, odd[i]);
+      }
+    }
+    const __m512 s = _mm512_set1_ps(scales[g]);
+    for (int i = 0; i < kM; ++i) total[i] = _mm512_fmadd_ps(s, _mm512_add_ps(even[i], odd[i]), total[i]);
+  }
+  for (int i = 0; i < kM; ++i) out[i * ldy] = _mm512_reduce_add_ps(total[i]);
+}
+
+void Gemv(const float* xp, int64_t m, int64_t k, const uint8_t* packed, const float* scales,
+          const float* zeros, int group, int64_t row_begin, int64_t row_end, float* y,
+          int64_t ldy) {
+  const int64_t groups = k / group;
+  for (int64_t r = row_begin; r < row_end; ++r) {
+    const uint8_t* row = packed + r * (k / 2);
+    const float* s = scales + r * groups;
+    const float* z = zeros + r * groups;
+    switch (m) {
+      case 4: GemvRow<4>(xp, k, row, s, z, group, y + r, ldy); break;
+      case 3: GemvRow<3>(xp, k, row, s, z, group, y + r, ldy); break;
+      case 2: GemvRow<2>(xp, k, row, s, z, group, y + r, ldy); break;
+      default: GemvRow<1>(xp, k, row, s, z, group, y + r, ldy); break;
+    }
+  }
+}
+
 }  // namespace
 }  // namespace tessera::kernels::int4_avx512
 
@@ -84,7 +133,8 @@ void DotRows(const float* x, const float* w, int64_t ldw, int nw, int64_t k, flo
 
 namespace tessera::kernels::int4_internal {
 const Int4Kernels& Avx512Int4Kernels() {
-  static const Int4Kernels kernels{int4_avx512::DequantRow, int4_avx512::DotRows};
+  static const Int4Kernels kernels{int4_avx512::DequantRow, int4_avx512::DotRows,
+                                   int4_avx512::Gemv};
   return kernels;
 }
 }  // namespace tessera::kernels::int4_internal

@@ -30,6 +30,18 @@ LINEARS = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down
 DTYPES = {"F32": np.float32, "F16": np.float16, "I32": np.int32}
 
 
+class BF16Array:
+    """BF16 bits kept as they are, so tensors left unquantized are copied bit for bit."""
+
+    def __init__(self, bits):
+        self.bits = bits
+        self.shape = bits.shape
+        self.ndim = bits.ndim
+
+    def astype(self, dtype):
+        return (self.bits.astype(np.uint32) << 16).view(np.float32).astype(dtype)
+
+
 def read_safetensors(path):
     with open(path, "rb") as f:
         n = struct.unpack("<Q", f.read(8))[0]
@@ -42,7 +54,9 @@ def read_safetensors(path):
         b, end = e["data_offsets"]
         raw = data[b:end]
         if e["dtype"] == "BF16":
-            arr = (np.frombuffer(raw, np.uint16).astype(np.uint32) << 16).view(np.float32)
+            arr = BF16Array(np.frombuffer(raw, np.uint16).reshape(e["shape"]))
+            out[name] = arr
+            continue
         else:
             arr = np.frombuffer(raw, DTYPES[e["dtype"]])
         out[name] = arr.reshape(e["shape"]).copy()
@@ -53,8 +67,11 @@ def write_safetensors(path, tensors):
     names = {np.dtype(np.float32): "F32", np.dtype(np.float16): "F16", np.dtype(np.int32): "I32"}
     header, blobs, offset = {}, [], 0
     for name, arr in tensors.items():
-        blob = np.ascontiguousarray(arr).tobytes()
-        header[name] = {"dtype": names[arr.dtype], "shape": list(arr.shape),
+        if isinstance(arr, BF16Array):
+            blob, dtype = np.ascontiguousarray(arr.bits).tobytes(), "BF16"
+        else:
+            blob, dtype = np.ascontiguousarray(arr).tobytes(), names[arr.dtype]
+        header[name] = {"dtype": dtype, "shape": list(arr.shape),
                         "data_offsets": [offset, offset + len(blob)]}
         blobs.append(blob)
         offset += len(blob)
@@ -115,9 +132,10 @@ def main():
         module = name[: -len(".weight")] if name.endswith(".weight") else None
         if (module is None or module.split(".")[-1] not in LINEARS or w.ndim != 2
                 or w.shape[0] % 8 or w.shape[1] % 8 or w.shape[1] % args.group_size):
-            quant[name] = w.astype(np.float32)
-            dequant[name] = w.astype(np.float32)
+            quant[name] = w if isinstance(w, BF16Array) else w.astype(np.float32)
+            dequant[name] = quant[name]
             continue
+        w = w.astype(np.float32)
         codes, zero, scale = quantize(w, args.group_size)
         in_f = w.shape[1]
         rows_g = np.arange(in_f) // args.group_size

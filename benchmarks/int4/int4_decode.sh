@@ -31,12 +31,14 @@ for i in $(seq "$repeats"); do
   done
 done
 load_after=$(cat /proc/loadavg)
-printf '%s\n' "${runs[@]}" | python3 - "$started" "$load_before" "$load_after" "$repeats" \
-  "$tokens" "$threads" "$work" <<'PY'
+runs_file=$(mktemp)
+printf '%s\n' "${runs[@]}" > "$runs_file"
+python3 - "$runs_file" "$started" "$load_before" "$load_after" "$repeats" "$tokens" "$threads" \
+  "$work" <<'PY'
 import json, os, statistics, subprocess, sys
-started, load_before, load_after, repeats, tokens, threads, work = sys.argv[1:]
+runs_file, started, load_before, load_after, repeats, tokens, threads, work = sys.argv[1:]
 runs = {"bf16": [], "gptq": []}
-for line in sys.stdin:
+for line in open(runs_file):
     side, text = line.split(" ", 1)
     runs[side].append(json.loads(text)["timings"]["decode_tokens_per_second"])
 def git(*a):
@@ -70,3 +72,4 @@ with open("benchmarks/results/int4_decode_llama1b.json", "w") as f:
     f.write("\n")
 print(json.dumps(result["decode_tokens_per_second"]), "speedup", round(result["speedup_median"], 3))
 PY
+rm -f "$runs_file"

@@ -73,36 +73,31 @@ void DotRows(const float* x, const float* w, int64_t ldw, int nw, int64_t k, flo
   }
 }
 
-// One weight row against kM rows of permuted x (see Int4Kernels::gemv). Per 32 columns:
-// one 16-byte load, the low nibbles (even columns) and high nibbles (odd columns) widened
-// to floats, the group's zero subtracted, and 2 * kM FMAs. Each group's sums are scaled
-// once when the group ends.
+// One weight row against kM rows of permuted x (see Int4Kernels::gemv). Each group's 16
+// possible weights s * (q - z) sit in one register and the codes index it (VPERMPS reads
+// only an index's low 4 bits): per 32 columns one 16-byte load widened once, a shift for
+// the high nibbles (odd columns), two permutes and 2 * kM FMAs; no int-to-float converts.
 template <int kM>
 void GemvRow(const float* xp, int64_t k, const uint8_t* row, const float* scales,
              const float* zeros, int group, float* out, int64_t ldy) {
-  const __m128i mask = _mm_set1_epi8(0x0f);
-  __m512 total[kM];
-  for (int i = 0; i < kM; ++i) total[i] = _mm512_setzero_ps();
+  const __m512 iota = _mm512_setr_ps(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
+  __m512 even[kM], odd[kM];
+  for (int i = 0; i < kM; ++i) even[i] = odd[i] = _mm512_setzero_ps();
   for (int64_t c0 = 0, g = 0; c0 < k; c0 += group, ++g) {
-    const __m512 z = _mm512_set1_ps(zeros[g]);
-    __m512 even[kM], odd[kM];
-    for (int i = 0; i < kM; ++i) even[i] = odd[i] = _mm512_setzero_ps();
+    const __m512 table =
+        _mm512_mul_ps(_mm512_set1_ps(scales[g]), _mm512_sub_ps(iota, _mm512_set1_ps(zeros[g])));
     for (int64_t c = c0; c < c0 + group; c += 32) {
-      const __m128i bytes = _mm_loadu_si128(reinterpret_cast<const __m128i*>(row + c / 2));
-      const __m512 lo = _mm512_sub_ps(
-          _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(_mm_and_si128(bytes, mask))), z);
-      const __m512 hi = _mm512_sub_ps(
-          _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(_mm_and_si128(_mm_srli_epi16(bytes, 4), mask))),
-          z);
+      const __m512i codes = _mm512_cvtepu8_epi32(
+          _mm_loadu_si128(reinterpret_cast<const __m128i*>(row + c / 2)));
+      const __m512 lo = _mm512_permutexvar_ps(codes, table);
+      const __m512 hi = _mm512_permutexvar_ps(_mm512_srli_epi32(codes, 4), table);
       for (int i = 0; i < kM; ++i) {
         even[i] = _mm512_fmadd_ps(_mm512_loadu_ps(xp + i * k + c), lo, even[i]);
         odd[i] = _mm512_fmadd_ps(_mm512_loadu_ps(xp + i * k + c + 16), hi, odd[i]);
       }
     }
-    const __m512 s = _mm512_set1_ps(scales[g]);
-    for (int i = 0; i < kM; ++i) total[i] = _mm512_fmadd_ps(s, _mm512_add_ps(even[i], odd[i]), total[i]);
   }
-  for (int i = 0; i < kM; ++i) out[i * ldy] = _mm512_reduce_add_ps(total[i]);
+  for (int i = 0; i < kM; ++i) out[i * ldy] = _mm512_reduce_add_ps(_mm512_add_ps(even[i], odd[i]));
 }
 
 void Gemv(const float* xp, int64_t m, int64_t k, const uint8_t* packed, const float* scales,

@@ -166,6 +166,28 @@ TEST(Int4CheckpointTest, AwqStories260K) {
   ExpectStoriesQuality("awq", "gptq");
 }
 
+TEST(Int4CheckpointTest, ReadsOnlyTheLayersOwnTensors) {
+  TESSERA_REQUIRE_STORIES_MODEL();
+  Int4Dirs dirs;
+  ASSERT_TRUE(WriteInt4(testing::StoriesModelDir(), "gptq", 32, "gptq", &dirs));
+  auto checkpoint = Checkpoint::Open(dirs.quantized);
+  ASSERT_TRUE(checkpoint.ok()) << checkpoint.status();
+  auto config = LoadInt4QuantConfig(dirs.quantized);
+  ASSERT_TRUE(config.ok() && config->has_value()) << config.status();
+  const std::string prefix = "model.layers.3.self_attn.o_proj";
+  // Rank 1 of 2: output rows all, input columns [32, 64).
+  auto m = ReadInt4Linear(**checkpoint, **config, prefix, 64, 64, {0, 64}, {32, 64});
+  ASSERT_TRUE(m.ok()) << m.status();
+  EXPECT_EQ(m->group_size, 32);
+  uint64_t own = 0;
+  for (const char* t : {".qweight", ".qzeros", ".scales", ".g_idx"}) {
+    auto info = (*checkpoint)->Info(prefix + t);
+    ASSERT_TRUE(info.ok());
+    own += (*info)->num_bytes();
+  }
+  EXPECT_EQ((*checkpoint)->bytes_read(), own);
+}
+
 // stories260K's intermediate size (172) cannot be packed; a generated model with an
 // intermediate of 128 puts gate/up/down through the 4-bit path too.
 TEST(Int4CheckpointTest, GeneratedModelWithQuantizedMlp) {

@@ -24,6 +24,7 @@
 #include "worker/communicator.h"
 #include "worker/gptq_checkpoint.h"
 #include "worker/llama_model.h"
+#include "worker/single_sequence.h"
 
 namespace tessera {
 namespace {
@@ -121,6 +122,22 @@ std::vector<int32_t> ReferenceTokens() {
   return tokens;
 }
 
+// Greedy decode on one rank: one token a step, so the weights go through the GEMV path.
+absl::StatusOr<SingleSequenceResult> Decode(const std::filesystem::path& dir,
+                                            const std::vector<int32_t>& prompt, int tokens) {
+  auto backend = kernels::MakeCpuBackend(2);
+  SingleRankCommunicator comm;
+  auto model = LlamaModel::Load(dir, backend.get(), &comm);
+  if (!model.ok()) return model.status();
+  auto cache = (*model)->CreateKvCache(16, 16);
+  if (!cache.ok()) return cache.status();
+  SingleSequenceOptions options;
+  options.max_new_tokens = tokens;
+  options.sampling.temperature = 0;
+  options.ignore_eos = true;
+  return GenerateSingleSequence(**model, **cache, prompt, options);
+}
+
 // The 4-bit checkpoint against its dequantized twin at tp 1 and 2; returns the tp-1 logits.
 std::vector<float> ExpectSameAsDequantized(const Int4Dirs& dirs,
                                            const std::vector<int32_t>& tokens) {
@@ -136,6 +153,15 @@ std::vector<float> ExpectSameAsDequantized(const Int4Dirs& dirs,
     // Same float weights; only the order of float sums differs.
     EXPECT_LT(WorstRelativeDiff(got, reference), 1e-4) << "tp " << world;
     if (world == 1) tp1 = got;
+  }
+  const std::vector<int32_t> prompt(tokens.begin(), tokens.begin() + 4);
+  auto int4 = Decode(dirs.quantized, prompt, 24);
+  auto dequantized = Decode(dirs.dequantized, prompt, 24);
+  EXPECT_TRUE(int4.ok()) << int4.status();
+  EXPECT_TRUE(dequantized.ok()) << dequantized.status();
+  if (int4.ok() && dequantized.ok()) {
+    EXPECT_EQ(int4->generated_ids, dequantized->generated_ids);
+    EXPECT_LT(WorstRelativeDiff(int4->first_logits, dequantized->first_logits), 1e-4);
   }
   return tp1;
 }

@@ -171,7 +171,7 @@ void BM_GemmInt4(benchmark::State& state) {
   ClearSimdLevelOverride();
 }
 BENCHMARK(BM_GemmInt4)
-    ->ArgsProduct({{1, 4, 32, 128}, {2560, 11264}, {2048}, {128}, {-1}})
+    ->ArgsProduct({{1, 4, 32, 128}, {2560, 11264}, {2048}, {128}, {-1, 1}})
     ->ArgsProduct({{1, 4, 32, 128}, {2048}, {5632}, {128}, {-1}})
     ->ArgNames({"m", "N", "K", "group", "level"})
     ->UseRealTime();

@@ -77,6 +77,62 @@ void DotRows(const float* x, const float* w, int64_t ldw, int nw, int64_t k, flo
   }
 }
 
+// The weights of 8 codes (32-bit lanes, the code in bits `shift`..`shift`+3) from a
+// group's 16-entry table held as two 8-entry halves: VPERMPS reads an index's low 3 bits,
+// and bit 3 of the code, moved to the sign bit, picks the half.
+template <int kShift>
+inline __m256 Lookup(__m256i codes, __m256 low_half, __m256 high_half) {
+  const __m256i index = kShift == 0 ? codes : _mm256_srli_epi32(codes, kShift);
+  const __m256 pick_high = _mm256_castsi256_ps(_mm256_slli_epi32(codes, 28 - kShift));
+  return _mm256_blendv_ps(_mm256_permutevar8x32_ps(low_half, index),
+                          _mm256_permutevar8x32_ps(high_half, index), pick_high);
+}
+
+// One weight row against kM rows of permuted x (see Int4Kernels::gemv), 32 columns a step.
+template <int kM>
+void GemvRow(const float* xp, int64_t k, const uint8_t* row, const float* scales,
+             const float* zeros, int group, float* out, int64_t ldy) {
+  const __m256 iota = _mm256_setr_ps(0, 1, 2, 3, 4, 5, 6, 7);
+  __m256 even[kM], odd[kM];
+  for (int i = 0; i < kM; ++i) even[i] = odd[i] = _mm256_setzero_ps();
+  for (int64_t c0 = 0, g = 0; c0 < k; c0 += group, ++g) {
+    const __m256 s = _mm256_set1_ps(scales[g]);
+    const __m256 low_half = _mm256_mul_ps(s, _mm256_sub_ps(iota, _mm256_set1_ps(zeros[g])));
+    const __m256 high_half = _mm256_mul_ps(
+        s, _mm256_sub_ps(_mm256_add_ps(iota, _mm256_set1_ps(8.0f)), _mm256_set1_ps(zeros[g])));
+    for (int64_t c = c0; c < c0 + group; c += 32) {
+      for (int half = 0; half < 2; ++half) {  // Bytes 0..7, then 8..15.
+        const __m256i codes = _mm256_cvtepu8_epi32(
+            _mm_loadl_epi64(reinterpret_cast<const __m128i*>(row + c / 2 + 8 * half)));
+        const __m256 lo = Lookup<0>(codes, low_half, high_half);
+        const __m256 hi = Lookup<4>(codes, low_half, high_half);
+        for (int i = 0; i < kM; ++i) {
+          even[i] = _mm256_fmadd_ps(_mm256_loadu_ps(xp + i * k + c + 8 * half), lo, even[i]);
+          odd[i] = _mm256_fmadd_ps(_mm256_loadu_ps(xp + i * k + c + 16 + 8 * half), hi, odd[i]);
+        }
+      }
+    }
+  }
+  for (int i = 0; i < kM; ++i) out[i * ldy] = Sum(_mm256_add_ps(even[i], odd[i]));
+}
+
+void Gemv(const float* xp, int64_t m, int64_t k, const uint8_t* packed, const float* scales,
+          const float* zeros, int group, int64_t row_begin, int64_t row_end, float* y,
+          int64_t ldy) {
+  const int64_t groups = k / group;
+  for (int64_t r = row_begin; r < row_end; ++r) {
+    const uint8_t* row = packed + r * (k / 2);
+    const float* s = scales + r * groups;
+    const float* z = zeros + r * groups;
+    switch (m) {
+      case 4: GemvRow<4>(xp, k, row, s, z, group, y + r, ldy); break;
+      case 3: GemvRow<3>(xp, k, row, s, z, group, y + r, ldy); break;
+      case 2: GemvRow<2>(xp, k, row, s, z, group, y + r, ldy); break;
+      default: GemvRow<1>(xp, k, row, s, z, group, y + r, ldy); break;
+    }
+  }
+}
+
 }  // namespace
 }  // namespace tessera::kernels::int4_avx2
 
@@ -88,7 +144,7 @@ void DotRows(const float* x, const float* w, int64_t ldw, int nw, int64_t k, flo
 
 namespace tessera::kernels::int4_internal {
 const Int4Kernels& Avx2Int4Kernels() {
-  static const Int4Kernels kernels{int4_avx2::DequantRow, int4_avx2::DotRows, nullptr};
+  static const Int4Kernels kernels{int4_avx2::DequantRow, int4_avx2::DotRows, int4_avx2::Gemv};
   return kernels;
 }
 }  // namespace tessera::kernels::int4_internal

@@ -11,17 +11,29 @@ namespace tessera {
 
 // kI8 and kF8E4M3 hold quantized weights (their scales travel beside them, see
 // kernels::MatrixView) or an FP8 KV cache; read on their own they are the raw values.
-enum class DType : uint8_t { kF32, kF16, kBF16, kI8, kF8E4M3 };
+// kI32 appears only in files (GPTQ/AWQ packed int4 words, g_idx). kU4 is Tessera's own
+// packed 4-bit weight: two unsigned values per byte, the low nibble holding the even
+// column; it never appears in a file and has no whole-byte size (see DTypeBytes).
+enum class DType : uint8_t { kF32, kF16, kBF16, kI8, kF8E4M3, kI32, kU4 };
 
+// Bytes per element; 0 for kU4, whose elements are half a byte: code that may see kU4
+// sizes buffers with DTypeBytes instead.
 constexpr size_t DTypeSize(DType t) {
   switch (t) {
+    case DType::kI32:
     case DType::kF32: return 4;
     case DType::kF16:
     case DType::kBF16: return 2;
     case DType::kI8:
     case DType::kF8E4M3: return 1;
+    case DType::kU4: return 0;
   }
   return 0;
+}
+
+// Bytes that `n` consecutive elements of type `t` occupy (an odd kU4 count rounds up).
+constexpr size_t DTypeBytes(DType t, size_t n) {
+  return t == DType::kU4 ? (n + 1) / 2 : n * DTypeSize(t);
 }
 
 constexpr const char* DTypeName(DType t) {
@@ -31,18 +43,21 @@ constexpr const char* DTypeName(DType t) {
     case DType::kBF16: return "BF16";
     case DType::kI8: return "I8";
     case DType::kF8E4M3: return "F8_E4M3";
+    case DType::kI32: return "I32";
+    case DType::kU4: return "U4";
   }
   return "?";
 }
 
-// Parses the safetensors spelling ("F32", "F16", "BF16", "I8", "F8_E4M3"); false for
-// anything else.
+// Parses the safetensors spelling ("F32", "F16", "BF16", "I8", "F8_E4M3", "I32"); false
+// for anything else (kU4 is in-memory only).
 inline bool ParseDType(std::string_view s, DType* out) {
   if (s == "F32") { *out = DType::kF32; return true; }
   if (s == "F16") { *out = DType::kF16; return true; }
   if (s == "BF16") { *out = DType::kBF16; return true; }
   if (s == "I8") { *out = DType::kI8; return true; }
   if (s == "F8_E4M3") { *out = DType::kF8E4M3; return true; }
+  if (s == "I32") { *out = DType::kI32; return true; }
   return false;
 }
 
@@ -182,6 +197,16 @@ inline void ConvertToF32(const void* src, DType t, size_t n, float* dst) {
       for (size_t i = 0; i < n; ++i) dst[i] = Fp8E4M3ToF32(s[i]);
       return;
     }
+    case DType::kI32: {
+      const auto* s = static_cast<const int32_t*>(src);
+      for (size_t i = 0; i < n; ++i) dst[i] = static_cast<float>(s[i]);
+      return;
+    }
+    case DType::kU4: {  // The raw 0..15 codes, low nibble first.
+      const auto* s = static_cast<const uint8_t*>(src);
+      for (size_t i = 0; i < n; ++i) dst[i] = static_cast<float>((s[i / 2] >> (4 * (i & 1))) & 0xf);
+      return;
+    }
   }
 }
 
@@ -212,6 +237,24 @@ inline void ConvertFromF32(const float* src, size_t n, DType t, void* dst) {
     case DType::kF8E4M3: {
       auto* d = static_cast<uint8_t*>(dst);
       for (size_t i = 0; i < n; ++i) d[i] = F32ToFp8E4M3(src[i]);
+      return;
+    }
+    case DType::kI32: {  // Round to nearest; the values are integers in practice.
+      auto* d = static_cast<int32_t*>(dst);
+      for (size_t i = 0; i < n; ++i) d[i] = static_cast<int32_t>(__builtin_nearbyintf(src[i]));
+      return;
+    }
+    case DType::kU4: {  // Saturating to 0..15, two codes a byte.
+      auto* d = static_cast<uint8_t*>(dst);
+      for (size_t i = 0; i < n; ++i) {
+        const float v = src[i] < 0.0f ? 0.0f : (src[i] > 15.0f ? 15.0f : src[i]);
+        const uint8_t q = static_cast<uint8_t>(__builtin_nearbyintf(v));
+        if (i & 1) {
+          d[i / 2] = static_cast<uint8_t>((d[i / 2] & 0x0f) | (q << 4));
+        } else {
+          d[i / 2] = q;
+        }
+      }
       return;
     }
   }

@@ -17,12 +17,20 @@ namespace tessera::kernels {
 // A weight matrix [rows, cols], row-major (torch Linear layout: [out_features, in_features]).
 // Quantized weights (kI8, kF8E4M3) carry one float scale per row (output channel):
 // w[r][c] = scales[r] * value(data[r][c]).
+// Group-wise kU4 weights (GPTQ/AWQ) hold [rows, cols / 2] bytes (low nibble = even
+// column) and per (row, group of `group_size` columns) a scale and a zero point:
+// w[r][c] = scales[r][c / g] * (q[r][c] - zeros[r][c / g]).
 struct MatrixView {
   const void* data = nullptr;
   DType dtype = DType::kF32;
   int64_t rows = 0;
   int64_t cols = 0;
-  const float* scales = nullptr;  // [rows], backend memory; set for quantized dtypes only.
+  // [rows] for kI8/kF8E4M3, [rows, cols / group_size] for kU4; backend memory; set for
+  // quantized dtypes only.
+  const float* scales = nullptr;
+  // Columns sharing one scale (kU4: a divisor of cols, even); 0 = one scale per row.
+  int group_size = 0;
+  const float* zeros = nullptr;  // [rows, cols / group_size] for kU4, else unused.
 };
 
 // Shape of one layer's K (or V) cache: [num_blocks, block_size, num_kv_heads, head_dim] of

@@ -1,10 +1,13 @@
 #include "worker/model_weights.h"
 
+#include <filesystem>
+#include <optional>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "common/status_macros.h"
+#include "worker/int4_weights.h"
 
 namespace tessera {
 namespace {
@@ -20,8 +23,12 @@ struct Part {
 class Loader {
  public:
   Loader(const Checkpoint& checkpoint, kernels::Backend* backend, int total,
-         const LoadProgress& progress)
-      : checkpoint_(checkpoint), backend_(backend), total_(total), progress_(progress) {}
+         const LoadProgress& progress, const Int4QuantConfig* int4)
+      : checkpoint_(checkpoint),
+        backend_(backend),
+        total_(total),
+        progress_(progress),
+        int4_(int4) {}
 
   absl::Status CheckShape(const Part& part) {
     ASSIGN_OR_RETURN(const TensorInfo* info, checkpoint_.Info(part.name));
@@ -37,6 +44,8 @@ class Loader {
   // Stacks the row blocks of `parts` (all with the same column count) into one matrix in
   // the dtype of the first part.
   absl::StatusOr<DeviceMatrix> Matrix(const std::vector<Part>& parts) {
+    ASSIGN_OR_RETURN(const bool int4, IsInt4(parts));
+    if (int4) return Int4(parts);
     for (const Part& p : parts) RETURN_IF_ERROR(CheckShape(p));
     ASSIGN_OR_RETURN(const TensorInfo* first, checkpoint_.Info(parts[0].name));
     const DType dtype = first->dtype;
@@ -87,6 +96,34 @@ class Loader {
   uint64_t bytes() const { return bytes_; }
 
  private:
+  // True when the parts are GPTQ/AWQ layers (`<module>.qweight` instead of `.weight`).
+  // Layers a quantizer left alone (lm_head, or shapes it cannot pack) keep `.weight`; a
+  // fused matrix must not mix the two.
+  absl::StatusOr<bool> IsInt4(const std::vector<Part>& parts) const {
+    if (int4_ == nullptr) return false;
+    int quantized = 0;
+    for (const Part& p : parts) {
+      if (checkpoint_.Has(ModuleOfWeight(p.name) + ".qweight")) ++quantized;
+    }
+    if (quantized != 0 && quantized != static_cast<int>(parts.size())) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          checkpoint_.dir().string(), ": ", parts[0].name,
+          " and the layers fused with it must be all 4-bit (.qweight) or all unquantized"));
+    }
+    return quantized != 0;
+  }
+
+  absl::StatusOr<DeviceMatrix> Int4(const std::vector<Part>& parts) {
+    std::vector<Int4Part> int4_parts;
+    for (const Part& p : parts) {
+      int4_parts.push_back({ModuleOfWeight(p.name), p.full_shape[0], p.full_shape[1], p.rows,
+                            p.cols});
+    }
+    ASSIGN_OR_RETURN(DeviceMatrix m, LoadInt4Matrix(checkpoint_, *int4_, int4_parts, backend_));
+    Done(m.buffer.bytes());
+    return m;
+  }
+
   void Done(uint64_t bytes) {
     bytes_ += bytes;
     ++done_;
@@ -97,6 +134,7 @@ class Loader {
   kernels::Backend* backend_;
   int total_;
   const LoadProgress& progress_;
+  const Int4QuantConfig* int4_;  // Null: no GPTQ/AWQ quantization_config.
   int done_ = 0;
   uint64_t bytes_ = 0;
 };
@@ -119,11 +157,28 @@ absl::StatusOr<ModelWeights> LoadModelWeights(const Checkpoint& checkpoint,
   const Range q_rows{s.q_heads.begin * hd, s.q_heads.end * hd};
   const Range kv_rows{s.kv_heads.begin * hd, s.kv_heads.end * hd};
 
+  // GPTQ/AWQ checkpoints announce themselves in config.json (tests may load a folder
+  // without one: then there is nothing quantized to find).
+  std::optional<Int4QuantConfig> int4;
+  if (std::filesystem::exists(checkpoint.dir() / "config.json")) {
+    ASSIGN_OR_RETURN(int4, LoadInt4QuantConfig(checkpoint.dir()));
+  }
+  if (int4 && backend->name() != "cpu") {
+    return absl::UnimplementedError(absl::StrCat(
+        checkpoint.dir().string(), ": GPTQ/AWQ 4-bit checkpoints run on the cpu backend only, not ",
+        backend->name().data()));
+  }
+  if (int4 && quantization != WeightQuantization::kNone) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        checkpoint.dir().string(), " is already 4-bit quantized; --quantization ",
+        WeightQuantizationName(quantization), " cannot be applied to it"));
+  }
+
   ModelWeights w;
   w.tied = c.tie_word_embeddings || !checkpoint.Has("lm_head.weight");
   const int total = 2 + (w.tied ? 0 : 1) +
                     c.num_hidden_layers * (6 + (c.qkv_bias ? 1 : 0) + (c.o_bias ? 1 : 0));
-  Loader load(checkpoint, backend, total, progress);
+  Loader load(checkpoint, backend, total, progress, int4 ? &*int4 : nullptr);
 
   ASSIGN_OR_RETURN(w.embed, load.Matrix({{"model.embed_tokens.weight", {vocab, h}, s.vocab, all_h}}));
   if (!w.tied) {

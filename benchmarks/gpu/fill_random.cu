@@ -56,6 +56,8 @@ bool FillRandom(void* dst, size_t n, DType dtype, float scale, uint64_t seed,
       break;
     case DType::kI8:
     case DType::kF8E4M3:
+    case DType::kI32:
+    case DType::kU4:
       return false;  // Random checkpoints are written in 16/32-bit types and quantized on load.
   }
   return cudaGetLastError() == cudaSuccess;

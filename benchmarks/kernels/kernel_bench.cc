@@ -129,6 +129,55 @@ void GemmArgs(benchmark::internal::Benchmark* b) {
 }
 BENCHMARK(BM_Gemm)->Apply(GemmArgs);
 
+// Group-wise 4-bit weights (GPTQ/AWQ after repacking). Args: m, N, K, group size, SIMD
+// level (-1: the detected one). Bytes: the packed codes plus the float scales and zeros.
+void BM_GemmInt4(benchmark::State& state) {
+  const int64_t m = state.range(0), n = state.range(1), k = state.range(2);
+  const int group = static_cast<int>(state.range(3));
+  if (state.range(4) >= 0) {
+    const auto wanted = static_cast<SimdLevel>(state.range(4));
+    if (SetSimdLevelOverride(wanted) != wanted) {
+      state.SkipWithError("SIMD level not supported by this CPU");
+      ClearSimdLevelOverride();
+      return;
+    }
+  }
+  const size_t code_bytes = static_cast<size_t>(n * k / 2);
+  const size_t groups = static_cast<size_t>(n * (k / group));
+  const size_t w_bytes = code_bytes + 2 * groups * sizeof(float);
+  const size_t copies = std::clamp<size_t>(kRotationBytes / w_bytes, 1, 64);
+  struct Int4Weights {
+    std::vector<uint8_t> codes;
+    std::vector<float> scales, zeros;
+  };
+  std::vector<Int4Weights> weights(copies);
+  std::mt19937 rng(1);
+  for (auto& w : weights) {
+    w.codes.resize(code_bytes);
+    for (auto& c : w.codes) c = static_cast<uint8_t>(rng());
+    w.scales.assign(groups, 0.01f);
+    w.zeros.assign(groups, 8.0f);
+  }
+  const std::vector<float> x = RandomFloats(static_cast<size_t>(m * k), 2);
+  std::vector<float> y(static_cast<size_t>(m * n));
+  size_t next = 0;
+  for (auto _ : state) {
+    const Int4Weights& w = weights[next];
+    Gemm(x.data(), m,
+         MatrixView{w.codes.data(), DType::kU4, n, k, w.scales.data(), group, w.zeros.data()},
+         y.data(), &Pool());
+    benchmark::DoNotOptimize(y.data());
+    next = (next + 1) % copies;
+  }
+  SetRates(state, static_cast<double>(w_bytes) + 4.0 * (m * k + m * n), 2.0 * m * n * k);
+  ClearSimdLevelOverride();
+}
+BENCHMARK(BM_GemmInt4)
+    ->ArgsProduct({{1, 4, 32, 128}, {2560, 11264}, {2048}, {128}, {-1, 1}})
+    ->ArgsProduct({{1, 4, 32, 128}, {2048}, {5632}, {128}, {-1}})
+    ->ArgNames({"m", "N", "K", "group", "level"})
+    ->UseRealTime();
+
 // The compute ceiling of the BF16 GEMM: VDPBF16PS with 16 independent accumulators (no
 // loads) on every pool thread. flops = 2 x 32 pairs x instructions.
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))

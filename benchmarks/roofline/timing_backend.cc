@@ -35,7 +35,7 @@ void TimingBackend::AddRmsNorm(float* hidden, const float* delta, const float* w
 
 void TimingBackend::Gemm(const float* x, int64_t m, kernels::MatrixView w, float* y) {
   Timed(absl::StrCat("gemm ", w.rows, "x", w.cols, " ", DTypeName(w.dtype)),
-        static_cast<uint64_t>(w.rows) * w.cols * DTypeSize(w.dtype),
+        DTypeBytes(w.dtype, static_cast<uint64_t>(w.rows) * w.cols),
         [&] { inner_->Gemm(x, m, w, y); });
 }
 

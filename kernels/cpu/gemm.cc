@@ -5,6 +5,7 @@
 #include <vector>
 
 #include "common/dtype.h"
+#include "kernels/cpu/gemm_int4.h"
 #include "kernels/cpu/gemm_microkernels.h"
 
 namespace tessera::kernels {
@@ -67,7 +68,9 @@ int DTypeIndex(DType t) {
     case DType::kF16: return 1;
     case DType::kBF16: return 2;
     case DType::kI8:
-    case DType::kF8E4M3: break;  // Quantized weights have kernels of their own.
+    case DType::kF8E4M3:
+    case DType::kI32:
+    case DType::kU4: break;  // Quantized weights have kernels of their own.
   }
   return 0;
 }
@@ -89,6 +92,10 @@ const KernelSet& KernelsFor(SimdLevel level, DType dtype) {
 
 void GemmAtLevel(SimdLevel level, const float* x, int64_t m, const MatrixView& w, float* y,
                  ThreadPool* pool) {
+  if (w.dtype == DType::kU4) {  // Group-wise 4-bit weights (GPTQ/AWQ).
+    GemmInt4(level, x, m, w, y, pool);
+    return;
+  }
   const int64_t n = w.rows;
   const int64_t k = w.cols;
   if (m <= 0 || n <= 0) return;

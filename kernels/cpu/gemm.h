@@ -10,7 +10,8 @@
 namespace tessera::kernels {
 
 // y[m, w.rows] = x[m, w.cols] * w^T with float32 accumulation; w may be F32, BF16 or F16
-// and is converted in registers (activations are never rounded). Row-major, densely packed
+// and is converted in registers (activations are never rounded); group-wise 4-bit (kU4)
+// weights go to GemmInt4 (gemm_int4.h). Row-major, densely packed
 // x and y; y must not overlap x. Parallel over output columns (and row blocks of x) on
 // `pool`, which may be null to run on the calling thread only. Uses the ActiveSimdLevel()
 // code path.

@@ -26,6 +26,8 @@ cudaDataType_t CudaTypeOf(DType dtype) {
     case DType::kBF16: return CUDA_R_16BF;
     case DType::kI8: return CUDA_R_8I;
     case DType::kF8E4M3: return CUDA_R_8F_E4M3;
+    case DType::kI32: return CUDA_R_32I;
+    case DType::kU4: break;  // Packed int4 has no cuBLAS type; never reaches here.
   }
   return CUDA_R_32F;
 }

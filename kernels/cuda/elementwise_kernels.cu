@@ -193,6 +193,8 @@ bool LaunchEmbeddingGather(const int32_t* ids, int n, MatrixView table, int64_t 
       break;
     case DType::kI8:
     case DType::kF8E4M3:
+    case DType::kI32:
+    case DType::kU4:
       return Fail(error, "EmbeddingGather: quantized embedding tables are not supported");
   }
   return CheckLaunch("EmbeddingGather", error);
@@ -299,6 +301,8 @@ bool LaunchConvertF32(const float* src, size_t n, DType dtype, void* dst, cudaSt
       return Fail(error, "ConvertF32: target dtype F32 needs no conversion kernel");
     case DType::kI8:
     case DType::kF8E4M3:
+    case DType::kI32:
+    case DType::kU4:
       return Fail(error, "ConvertF32: quantized targets need a scale; not a plain conversion");
   }
   return CheckLaunch("ConvertF32", error);

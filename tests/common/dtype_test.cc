@@ -78,6 +78,28 @@ TEST(DTypeTest, ParsesSafetensorsNames) {
   EXPECT_EQ(DTypeSize(DType::kF8E4M3), 1u);
   EXPECT_FALSE(ParseDType("F64", &t));
   EXPECT_FALSE(ParseDType("bf16", &t));
+  EXPECT_TRUE(ParseDType("I32", &t));  // GPTQ/AWQ packed words.
+  EXPECT_EQ(t, DType::kI32);
+  EXPECT_EQ(DTypeSize(DType::kI32), 4u);
+  EXPECT_FALSE(ParseDType("U4", &t));  // In-memory only.
+}
+
+TEST(DTypeTest, PackedFourBitCodes) {
+  // Half a byte each: sizes go through DTypeBytes, odd counts rounding up.
+  EXPECT_EQ(DTypeSize(DType::kU4), 0u);
+  EXPECT_EQ(DTypeBytes(DType::kU4, 6), 3u);
+  EXPECT_EQ(DTypeBytes(DType::kU4, 5), 3u);
+  EXPECT_EQ(DTypeBytes(DType::kBF16, 5), 10u);
+  const float codes[5] = {0.0f, 15.0f, 7.0f, 20.0f, -3.0f};  // The last two saturate.
+  uint8_t packed[3] = {0xff, 0xff, 0xff};
+  ConvertFromF32(codes, 5, DType::kU4, packed);
+  EXPECT_EQ(packed[0], 0xf0);  // Low nibble = even element.
+  EXPECT_EQ(packed[1], 0xf7);
+  EXPECT_EQ(packed[2] & 0x0f, 0x0);
+  float back[5];
+  ConvertToF32(packed, DType::kU4, 5, back);
+  const float expected[5] = {0.0f, 15.0f, 7.0f, 15.0f, 0.0f};
+  for (int i = 0; i < 5; ++i) EXPECT_EQ(back[i], expected[i]) << i;
 }
 
 }  // namespace

@@ -1,0 +1,70 @@
+#include "worker/int4_weights.h"
+
+#include <cstring>
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "common/status_macros.h"
+
+namespace tessera {
+
+std::string ModuleOfWeight(const std::string& weight_name) {
+  constexpr absl::string_view kSuffix = ".weight";
+  if (!absl::EndsWith(weight_name, kSuffix)) return "";
+  return weight_name.substr(0, weight_name.size() - kSuffix.size());
+}
+
+absl::StatusOr<DeviceMatrix> LoadInt4Matrix(const Checkpoint& checkpoint,
+                                            const Int4QuantConfig& config,
+                                            const std::vector<Int4Part>& parts,
+                                            kernels::Backend* backend) {
+  std::vector<Int4Matrix> slices;
+  int64_t rows = 0;
+  for (const Int4Part& p : parts) {
+    ASSIGN_OR_RETURN(Int4Matrix m, ReadInt4Linear(checkpoint, config, p.prefix, p.out_features,
+                                                  p.in_features, p.rows, p.cols));
+    if (!slices.empty() && (m.cols != slices[0].cols || m.group_size != slices[0].group_size)) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          checkpoint.dir().string(), ": ", p.prefix, " cannot be fused with ", parts[0].prefix,
+          ": its slice has ", m.cols, " columns in groups of ", m.group_size, ", not ",
+          slices[0].cols, " in groups of ", slices[0].group_size));
+    }
+    rows += m.rows;
+    slices.push_back(std::move(m));
+  }
+  const int64_t cols = slices[0].cols;
+  const int group = slices[0].group_size;
+  const int64_t groups = cols / group;
+  // Scales and zeros start on a 64-byte boundary so vector loads of them never split lines.
+  const size_t code_bytes = static_cast<size_t>(rows * (cols / 2));
+  const size_t scales_offset = (code_bytes + 63) / 64 * 64;
+  const size_t table_bytes = static_cast<size_t>(rows * groups) * sizeof(float);
+  const size_t zeros_offset = scales_offset + (table_bytes + 63) / 64 * 64;
+  const size_t bytes = zeros_offset + table_bytes;
+  std::vector<uint8_t> staging(bytes, 0);
+  size_t code_at = 0, table_at = 0;
+  for (const Int4Matrix& m : slices) {
+    std::memcpy(staging.data() + code_at, m.packed.data(), m.packed.size());
+    std::memcpy(staging.data() + scales_offset + table_at, m.scales.data(),
+                m.scales.size() * sizeof(float));
+    std::memcpy(staging.data() + zeros_offset + table_at, m.zeros.data(),
+                m.zeros.size() * sizeof(float));
+    code_at += m.packed.size();
+    table_at += m.scales.size() * sizeof(float);
+  }
+  ASSIGN_OR_RETURN(DeviceBuffer buffer, DeviceBuffer::Allocate(backend, bytes, parts[0].prefix));
+  backend->CopyToDevice(buffer.get(), staging.data(), bytes);
+  DeviceMatrix out;
+  auto* base = static_cast<uint8_t*>(buffer.get());
+  out.view.data = base;
+  out.view.dtype = DType::kU4;
+  out.view.rows = rows;
+  out.view.cols = cols;
+  out.view.scales = reinterpret_cast<const float*>(base + scales_offset);
+  out.view.zeros = reinterpret_cast<const float*>(base + zeros_offset);
+  out.view.group_size = group;
+  out.buffer = std::move(buffer);
+  return out;
+}
+
+}  // namespace tessera

@@ -172,7 +172,7 @@ int Main(int argc, char** argv) {
   if (!cache.ok()) return Fail(std::string(cache.status().message()));
   {
     // Zeroed K/V: attention reads real memory (no untouched pages, no denormal garbage).
-    const size_t bytes = (*cache)->shape().elements() * sizeof(float);
+    const size_t bytes = (*cache)->shape().bytes();
     std::vector<char> zeros(bytes, 0);
     for (int l = 0; l < (*cache)->num_layers(); ++l) {
       cpu->CopyToDevice((*cache)->k(l), zeros.data(), bytes);

@@ -23,7 +23,8 @@
 #include "common/tokenizer/tokenizer.h"
 #include "kernels/backend.h"
 #include "nlohmann/json.hpp"
-#include "tools/eval/eval_metrics.h"
+#include "common/eval_metrics.h"
+#include "tools/eval/eval_gate.h"
 #include "tools/tessera/commands.h"
 #include "worker/backend_factory.h"
 #include "worker/communicator.h"
@@ -89,7 +90,7 @@ absl::StatusOr<std::vector<int32_t>> TokenizeDataset(const EvalFlags& f) {
 // One model's run over all windows: its per-position scores and the logits of the first
 // window (kept to measure how far logits move without holding every window's logits).
 struct ModelRun {
-  std::vector<eval::PositionScore> scores;
+  std::vector<PositionScore> scores;
   std::vector<float> first_window_logits;
 };
 
@@ -219,7 +220,7 @@ int EvalMain(int argc, char** argv) {
   auto candidate = RunTeacherForced(f.model, candidate_options, threads, *ids, windows, "candidate");
   if (!candidate.ok()) return Fail(candidate.status().message());
 
-  auto comparison = eval::Compare(baseline->scores, candidate->scores);
+  auto comparison = CompareScores(baseline->scores, candidate->scores);
   if (!comparison.ok()) return Fail(comparison.status().message());
   const eval::Thresholds thresholds{f.min_top1, f.max_ppl_increase};
   const std::vector<std::string> failures = eval::ThresholdFailures(*comparison, thresholds);

@@ -107,10 +107,13 @@ TEST(EvalCliTest, Bf16KvCacheAgainstF32Passes) {
 
 TEST(EvalCliTest, NoisyWeightsFailTheGate) {
   TESSERA_REQUIRE_STORIES_MODEL();
-  const std::filesystem::path noisy = WriteNoisyCopy(testing::ScratchDir("noisy"), 0.3);
+  const std::filesystem::path noisy = WriteNoisyCopy(testing::ScratchDir("noisy"), 0.05);
   const auto r = Eval(StoriesArgs(noisy.string()), /*merge_stderr=*/true);
   EXPECT_EQ(r.exit_code, 1) << r.output;
-  EXPECT_NE(r.output.find("tessera eval: FAIL:"), std::string::npos) << r.output;
+  // Noise of 5 % of each tensor's RMS measured top-1 0.836 and perplexity +8.4 %: both
+  // thresholds fail and are named.
+  EXPECT_NE(r.output.find("FAIL: top-1 agreement"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("FAIL: perplexity rose"), std::string::npos) << r.output;
   EXPECT_NE(r.output.find("\"pass\": false"), std::string::npos) << r.output;
 }
 

@@ -135,6 +135,21 @@ TEST(EvalCliTest, EmptyDatasetIsAUsageError) {
   EXPECT_NE(r.output.find("is empty"), std::string::npos) << r.output;
 }
 
+TEST(EvalCliTest, DifferentVocabSizesAreAUsageError) {
+  TESSERA_REQUIRE_STORIES_MODEL();
+  const std::filesystem::path dir = testing::ScratchDir("vocab");
+  std::filesystem::copy(testing::StoriesModelDir(), dir, std::filesystem::copy_options::recursive);
+  std::ifstream in(dir / "config.json");
+  nlohmann::json config = nlohmann::json::parse(in);
+  in.close();
+  config["vocab_size"] = 513;
+  std::ofstream(dir / "config.json") << config.dump(2);
+  const auto r = Eval(StoriesArgs(dir.string()), /*merge_stderr=*/true);
+  EXPECT_EQ(r.exit_code, 2) << r.output;
+  EXPECT_NE(r.output.find("vocab sizes differ: --model has 513, --baseline 512"), std::string::npos)
+      << r.output;
+}
+
 TEST(EvalCliTest, MissingFlagsAndHelp) {
   const auto help = Eval("--help");
   EXPECT_EQ(help.exit_code, 0);

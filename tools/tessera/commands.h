@@ -11,6 +11,7 @@ int GenCheckpointMain(int argc, char** argv);    // tessera gen-checkpoint
 int ServeMain(int argc, char** argv);            // tessera serve
 int GenerateMain(int argc, char** argv);         // tessera generate
 int TokenizeMain(int argc, char** argv);         // tessera tokenize
+int EvalMain(int argc, char** argv);             // tessera eval
 
 }  // namespace tessera::cli
 

@@ -173,6 +173,14 @@ void CudaBackend::Gemm(const float* x, int64_t m, MatrixView w, float* y) {
                "cudaMemsetAsync for a K=0 GEMM");
     return;
   }
+  if (w.dtype == DType::kI8 || w.dtype == DType::kF8E4M3) {
+    // cuBLASLt would read the float activations as 8-bit too: refuse rather than compute
+    // garbage until the weight-only kernels (dequantize + per-row scale) exist here.
+    Record(absl::UnimplementedError(absl::StrCat(
+        "CUDA backend: weight-only ", DTypeName(w.dtype), " GEMM (--quantization) is not "
+        "implemented yet; use the CPU backend")));
+    return;
+  }
   if (w.dtype != DType::kF32 && m <= gpu::kGemvMaxRows) {
     std::string error;
     RecordLaunch(gpu::LaunchGemv(x, static_cast<int>(m), w, y, stream_, &error), error);

@@ -19,6 +19,7 @@
 #include "common/checkpoint.h"
 #include "common/flag_set.h"
 #include "common/progress_line.h"
+#include "common/quantization.h"
 #include "kernels/backend.h"
 #include "kernels/cpu/thread_pool.h"
 #include "nlohmann/json.hpp"
@@ -92,7 +93,7 @@ std::string GemmName(const std::string& key, const ModelConfig& c, const ShardLa
 }
 
 int Main(int argc, char** argv) {
-  std::string model_dir, out;
+  std::string model_dir, out, quantization_name = "none";
   int64_t batch = 1, tokens = 128, steps = 8, warmup_steps = 2, threads = 0;
   int64_t bandwidth_mib = 1024, bandwidth_reps = 5;
   bool breakdown = true;
@@ -111,6 +112,9 @@ int Main(int argc, char** argv) {
   flags.Int("bandwidth-reps", &bandwidth_reps, "Reads of that buffer before loading; the best read (these or\nthe ones after each step) is the ceiling.");
   flags.Bool("breakdown", &breakdown, "Also time each op over as many steps (--breakdown=false: skip).");
   flags.String("out", &out, "Write the JSON result here.");
+  flags.String("quantization", &quantization_name,
+               "Weight quantization made at load time: none, int8, fp8. The theoretical\n"
+               "bytes still assume the checkpoint's dtype: compare tok/s, not the fraction.");
   if (absl::Status s = flags.Parse(argc, argv); !s.ok()) return Fail(std::string(s.message()));
   if (flags.help_requested()) {
     std::fputs(flags.Usage().c_str(), stdout);
@@ -143,9 +147,14 @@ int Main(int argc, char** argv) {
   TimingBackend backend(cpu.get());
   SingleRankCommunicator comm;
   ProgressLine progress("loading " + model_dir);
-  auto model = LlamaModel::Load(model_dir, &backend, &comm, [&](int done, int total, uint64_t bytes) {
-    progress.Update(done, total, absl::StrFormat("(%.1f MB)", bytes / 1e6));
-  });
+  auto quantization = ParseWeightQuantization(quantization_name);
+  if (!quantization.ok()) return Fail(std::string(quantization.status().message()));
+  auto model = LlamaModel::Load(
+      model_dir, &backend, &comm,
+      [&](int done, int total, uint64_t bytes) {
+        progress.Update(done, total, absl::StrFormat("(%.1f MB)", bytes / 1e6));
+      },
+      ModelLoadOptions{.quantization = *quantization});
   if (!model.ok()) return Fail(std::string(model.status().message()));
   const ModelConfig& config = (*model)->config();
   if (tokens > config.max_position_embeddings) {
@@ -158,7 +167,8 @@ int Main(int argc, char** argv) {
   if (!cache.ok()) return Fail(std::string(cache.status().message()));
   {
     // Zeroed K/V: attention reads real memory (no untouched pages, no denormal garbage).
-    const size_t bytes = (*cache)->shape().elements() * sizeof(float);
+    // shape().bytes(): the cache may be BF16 or FP8 (with scales), not float.
+    const size_t bytes = (*cache)->shape().bytes();
     std::vector<char> zeros(bytes, 0);
     for (int l = 0; l < (*cache)->num_layers(); ++l) {
       cpu->CopyToDevice((*cache)->k(l), zeros.data(), bytes);

@@ -94,7 +94,7 @@ void GemmAtLevel(SimdLevel level, const float* x, int64_t m, const MatrixView& w
   const int64_t k = w.cols;
   if (m <= 0 || n <= 0) return;
   if (w.dtype == DType::kI8 || w.dtype == DType::kF8E4M3) {
-    GemmQuantized(x, m, w, y, pool);  // One portable path for every level, for now.
+    GemmQuantized(level, x, m, w, y, pool);
     return;
   }
   if (k <= 0) {

@@ -5,6 +5,8 @@
 #include <vector>
 
 #include "common/dtype.h"
+#include "kernels/cpu/gemm_quantized_internal.h"
+#include "kernels/cpu/gemm_quantized_internal.h"
 
 namespace tessera::kernels {
 namespace {
@@ -46,19 +48,29 @@ inline float Dot(const float* a, const float* b, int64_t k) {
 
 }  // namespace
 
-void GemmQuantized(const float* x, int64_t m, const MatrixView& w, float* y,
+void GemmQuantized(SimdLevel level, const float* x, int64_t m, const MatrixView& w, float* y,
                    ThreadPool* pool) {
   const int64_t n = w.rows;
   const int64_t k = w.cols;
   if (m <= 0 || n <= 0) return;
   const Table& table = ValueTable(w.dtype);
   const auto* data = static_cast<const uint8_t*>(w.data);
+  if (level > DetectSimdLevel()) level = SimdLevel::kScalar;
   auto run_rows = [&](int64_t item_begin, int64_t item_end) {
+    const int64_t begin = item_begin * kRowsPerItem;
+    const int64_t end = std::min(n, item_end * kRowsPerItem);
+    if (level >= SimdLevel::kAvx512) {
+      gemm_quantized_internal::RowsAvx512(x, m, w, table.data(), y, begin, end);
+      return;
+    }
+    if (level == SimdLevel::kAvx2) {
+      gemm_quantized_internal::RowsAvx2(x, m, w, table.data(), y, begin, end);
+      return;
+    }
     thread_local std::vector<float> row;
     if (row.size() < static_cast<size_t>(k)) row.resize(k);
     float* const r = row.data();
-    const int64_t row_end = std::min(n, item_end * kRowsPerItem);
-    for (int64_t o = item_begin * kRowsPerItem; o < row_end; ++o) {
+    for (int64_t o = begin; o < end; ++o) {
       const uint8_t* q = data + o * k;
       for (int64_t c = 0; c < k; ++c) r[c] = table[q[c]];
       const float scale = w.scales[o];

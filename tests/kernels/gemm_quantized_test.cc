@@ -56,7 +56,7 @@ TEST(GemmQuantizedTest, MatchesReferenceAtAwkwardSizes) {
   ThreadPool pool(2);
   for (DType dtype : {DType::kI8, DType::kF8E4M3}) {
     for (int64_t m : {1, 2, 3, 5, 17, 64}) {
-      for (auto [n, k] : std::vector<std::pair<int64_t, int64_t>>{{1, 1}, {7, 33}, {37, 129}, {70, 67}}) {
+      for (auto [n, k] : std::vector<std::pair<int64_t, int64_t>>{{1, 1}, {7, 33}, {37, 129}, {70, 67}, {5, 48}, {9, 24}, {3, 16}}) {
         ExpectMatchesReference(dtype, &pool, m, n, k);
         ExpectMatchesReference(dtype, nullptr, m, n, k);
       }

@@ -3,26 +3,19 @@
 
 #include <cstdint>
 
-#include "common/dtype.h"
+#include "kernels/backend.h"
 
+// Per-ISA row kernels of GemmQuantized (gemm_quantized.h), each in its own file compiled
+// for its instruction set only; the bodies share gemm_quantized_rows.inc.
 namespace tessera::kernels::gemm_quantized_internal {
 
-// One weight row `q` [k] with its `scale` against every row of x [m, k]:
-// y[i * ldy] = scale * sum_c x[i][c] * value(q[c]).
-using RowFn = void (*)(const float* x, int64_t m, const uint8_t* q, int64_t k, float scale,
-                       float* y, int64_t ldy);
-
-// The AVX-512F row function for kI8 / kF8E4M3; nullptr where the build has none.
-RowFn Avx512RowFn(DType dtype);
-
-template <DType D>
-inline float QuantizedValueOf(uint8_t b) {
-  if constexpr (D == DType::kI8) {
-    return static_cast<float>(static_cast<int8_t>(b));
-  } else {
-    return Fp8E4M3ToF32(b);
-  }
-}
+// y[i][o] = w.scales[o] * sum_c x[i][c] * value(w[o][c]) for output rows o in
+// [row_begin, row_end) and every i < m. `values` is the 256-entry byte -> float table of
+// w.dtype, used for the K tail shorter than one vector.
+void RowsAvx512(const float* x, int64_t m, const MatrixView& w, const float* values, float* y,
+                int64_t row_begin, int64_t row_end);
+void RowsAvx2(const float* x, int64_t m, const MatrixView& w, const float* values, float* y,
+              int64_t row_begin, int64_t row_end);
 
 }  // namespace tessera::kernels::gemm_quantized_internal
 

@@ -81,6 +81,32 @@ TEST_P(WeightQuantizationQualityTest, Stories260kKeepsItsNextTokenChoices) {
   EXPECT_GE(agreement, GetParam() == WeightQuantization::kInt8 ? 0.99 : 0.98);
 }
 
+TEST_P(WeightQuantizationQualityTest, Stories260kLinearLayersShrinkToOneBytePlusRowScales) {
+  TESSERA_REQUIRE_STORIES_MODEL();
+  auto backend = kernels::MakeCpuBackend(1);
+  SingleRankCommunicator comm;
+  auto base = LlamaModel::Load(testing::StoriesModelDir(), backend.get(), &comm);
+  ASSERT_TRUE(base.ok()) << base.status();
+  auto quantized = LlamaModel::Load(testing::StoriesModelDir(), backend.get(), &comm, nullptr,
+                                    ModelLoadOptions{.quantization = GetParam()});
+  ASSERT_TRUE(quantized.ok()) << quantized.status();
+  // stories260K is float32: each linear weight goes from 4 bytes to 1, and each of its rows
+  // gains a float scale; embedding, norms (and lm_head, tied here) are unchanged.
+  const ModelConfig& c = (*base)->config();
+  const uint64_t h = c.hidden_size, inter = c.intermediate_size;
+  const uint64_t q_rows = c.num_attention_heads * c.head_dim;
+  const uint64_t qkv_rows = q_rows + 2 * c.num_key_value_heads * c.head_dim;
+  const uint64_t elements = qkv_rows * h + h * q_rows + 2 * inter * h + h * inter;
+  const uint64_t rows = qkv_rows + h + 2 * inter + h;
+  const uint64_t layers = c.num_hidden_layers;
+  EXPECT_EQ((*quantized)->weight_bytes(),
+            (*base)->weight_bytes() - layers * (elements * 3 - rows * sizeof(float)));
+  std::printf("%s weight bytes: %llu (float32: %llu)\n",
+              std::string(WeightQuantizationName(GetParam())).c_str(),
+              static_cast<unsigned long long>((*quantized)->weight_bytes()),
+              static_cast<unsigned long long>((*base)->weight_bytes()));
+}
+
 INSTANTIATE_TEST_SUITE_P(Formats, WeightQuantizationQualityTest,
                          ::testing::Values(WeightQuantization::kInt8, WeightQuantization::kFp8),
                          [](const auto& info) {

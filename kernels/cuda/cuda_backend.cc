@@ -174,11 +174,19 @@ void CudaBackend::Gemm(const float* x, int64_t m, MatrixView w, float* y) {
     return;
   }
   if (w.dtype == DType::kI8 || w.dtype == DType::kF8E4M3) {
-    // cuBLASLt would read the float activations as 8-bit too: refuse rather than compute
-    // garbage until the weight-only kernels (dequantize + per-row scale) exist here.
-    Record(absl::UnimplementedError(absl::StrCat(
-        "CUDA backend: weight-only ", DTypeName(w.dtype), " GEMM (--quantization) is not "
-        "implemented yet; use the CPU backend")));
+    // Weight-only quantization: widen the bytes to BF16 (exact), reuse the BF16 GEMV /
+    // cuBLASLt paths, then apply the per-row scales to the output columns.
+    const size_t elements = static_cast<size_t>(w.rows * w.cols);
+    void* widened = Ensure(dequantized_, elements * DTypeSize(DType::kBF16),
+                           "dequantized GEMM weights");
+    if (widened == nullptr) return;
+    std::string error;
+    if (!gpu::LaunchDequantizeToBf16(w.data, w.dtype, elements, widened, stream_, &error)) {
+      RecordLaunch(false, error);
+      return;
+    }
+    Gemm(x, m, MatrixView{widened, DType::kBF16, w.rows, w.cols}, y);
+    RecordLaunch(gpu::LaunchScaleColumns(y, w.scales, m, w.rows, stream_, &error), error);
     return;
   }
   if (w.dtype != DType::kF32 && m <= gpu::kGemvMaxRows) {

@@ -8,6 +8,7 @@
 #include "absl/strings/str_join.h"
 #include "common/status_macros.h"
 #include "worker/int4_weights.h"
+#include "worker/weight_quantizer.h"
 
 namespace tessera {
 namespace {
@@ -23,12 +24,14 @@ struct Part {
 class Loader {
  public:
   Loader(const Checkpoint& checkpoint, kernels::Backend* backend, int total,
-         const LoadProgress& progress, const Int4QuantConfig* int4)
+         const LoadProgress& progress, const Int4QuantConfig* int4,
+         WeightQuantization quantization)
       : checkpoint_(checkpoint),
         backend_(backend),
         total_(total),
         progress_(progress),
-        int4_(int4) {}
+        int4_(int4),
+        quantization_(quantization) {}
 
   absl::Status CheckShape(const Part& part) {
     ASSIGN_OR_RETURN(const TensorInfo* info, checkpoint_.Info(part.name));
@@ -39,6 +42,39 @@ class Loader {
           absl::StrJoin(part.full_shape, ", "), "]"));
     }
     return absl::OkStatus();
+  }
+
+  // A linear layer: quantized per row over this rank's slice when asked to.
+  absl::StatusOr<DeviceMatrix> Linear(const std::vector<Part>& parts) {
+    if (quantization_ == WeightQuantization::kNone) return Matrix(parts);
+    for (const Part& p : parts) RETURN_IF_ERROR(CheckShape(p));
+    const int64_t cols = parts[0].cols.size();
+    int64_t rows = 0;
+    for (const Part& p : parts) rows += p.rows.size();
+    std::vector<float> staging(static_cast<size_t>(rows * cols));
+    size_t offset = 0;
+    for (const Part& p : parts) {
+      RETURN_IF_ERROR(
+          checkpoint_.ReadSlice(p.name, p.rows, p.cols, DType::kF32, staging.data() + offset));
+      offset += static_cast<size_t>(p.rows.size() * cols);
+    }
+    const DType dtype = QuantizedDType(quantization_);
+    std::vector<uint8_t> quantized(staging.size());
+    std::vector<float> scales(rows);
+    QuantizeRows(quantization_, staging.data(), rows, cols, quantized.data(), scales.data());
+    ASSIGN_OR_RETURN(DeviceBuffer buffer,
+                     DeviceBuffer::Allocate(backend_, quantized.size(), parts[0].name));
+    backend_->CopyToDevice(buffer.get(), quantized.data(), quantized.size());
+    const size_t scale_bytes = scales.size() * sizeof(float);
+    ASSIGN_OR_RETURN(DeviceBuffer scale_buffer,
+                     DeviceBuffer::Allocate(backend_, scale_bytes, parts[0].name + " scales"));
+    backend_->CopyToDevice(scale_buffer.get(), scales.data(), scale_bytes);
+    DeviceMatrix m;
+    m.view = {buffer.get(), dtype, rows, cols, static_cast<const float*>(scale_buffer.get())};
+    m.buffer = std::move(buffer);
+    m.scales = std::move(scale_buffer);
+    Done(quantized.size() + scale_bytes);
+    return m;
   }
 
   // Stacks the row blocks of `parts` (all with the same column count) into one matrix in
@@ -135,6 +171,7 @@ class Loader {
   int total_;
   const LoadProgress& progress_;
   const Int4QuantConfig* int4_;  // Null: no GPTQ/AWQ quantization_config.
+  const WeightQuantization quantization_;
   int done_ = 0;
   uint64_t bytes_ = 0;
 };
@@ -146,11 +183,6 @@ absl::StatusOr<ModelWeights> LoadModelWeights(const Checkpoint& checkpoint,
                                               kernels::Backend* backend,
                                               const LoadProgress& progress,
                                               WeightQuantization quantization) {
-  if (quantization != WeightQuantization::kNone) {
-    return absl::UnimplementedError(absl::StrCat("--quantization ",
-                                                 WeightQuantizationName(quantization),
-                                                 " is not available in this build"));
-  }
   const int64_t h = c.hidden_size, hd = c.head_dim, inter = c.intermediate_size;
   const int64_t nq = c.num_attention_heads, nkv = c.num_key_value_heads, vocab = c.vocab_size;
   const Range all_h{0, h};
@@ -178,7 +210,7 @@ absl::StatusOr<ModelWeights> LoadModelWeights(const Checkpoint& checkpoint,
   w.tied = c.tie_word_embeddings || !checkpoint.Has("lm_head.weight");
   const int total = 2 + (w.tied ? 0 : 1) +
                     c.num_hidden_layers * (6 + (c.qkv_bias ? 1 : 0) + (c.o_bias ? 1 : 0));
-  Loader load(checkpoint, backend, total, progress, int4 ? &*int4 : nullptr);
+  Loader load(checkpoint, backend, total, progress, int4 ? &*int4 : nullptr, quantization);
 
   ASSIGN_OR_RETURN(w.embed, load.Matrix({{"model.embed_tokens.weight", {vocab, h}, s.vocab, all_h}}));
   if (!w.tied) {
@@ -191,7 +223,7 @@ absl::StatusOr<ModelWeights> LoadModelWeights(const Checkpoint& checkpoint,
     LayerWeights layer;
     ASSIGN_OR_RETURN(layer.input_norm, load.Vector(p + "input_layernorm.weight", h));
     ASSIGN_OR_RETURN(layer.post_norm, load.Vector(p + "post_attention_layernorm.weight", h));
-    ASSIGN_OR_RETURN(layer.qkv, load.Matrix({{p + "self_attn.q_proj.weight", {nq * hd, h}, q_rows, all_h},
+    ASSIGN_OR_RETURN(layer.qkv, load.Linear({{p + "self_attn.q_proj.weight", {nq * hd, h}, q_rows, all_h},
                                              {p + "self_attn.k_proj.weight", {nkv * hd, h}, kv_rows, all_h},
                                              {p + "self_attn.v_proj.weight", {nkv * hd, h}, kv_rows, all_h}}));
     if (c.qkv_bias) {
@@ -202,13 +234,13 @@ absl::StatusOr<ModelWeights> LoadModelWeights(const Checkpoint& checkpoint,
                                          {p + "self_attn.k_proj.bias", {nkv * hd}, one, kv_rows},
                                          {p + "self_attn.v_proj.bias", {nkv * hd}, one, kv_rows}}));
     }
-    ASSIGN_OR_RETURN(layer.o, load.Matrix({{p + "self_attn.o_proj.weight", {h, nq * hd}, all_h, q_rows}}));
+    ASSIGN_OR_RETURN(layer.o, load.Linear({{p + "self_attn.o_proj.weight", {h, nq * hd}, all_h, q_rows}}));
     if (c.o_bias) {
       ASSIGN_OR_RETURN(layer.o_bias, load.Vector(p + "self_attn.o_proj.bias", h));
     }
-    ASSIGN_OR_RETURN(layer.gate_up, load.Matrix({{p + "mlp.gate_proj.weight", {inter, h}, s.intermediate, all_h},
+    ASSIGN_OR_RETURN(layer.gate_up, load.Linear({{p + "mlp.gate_proj.weight", {inter, h}, s.intermediate, all_h},
                                                  {p + "mlp.up_proj.weight", {inter, h}, s.intermediate, all_h}}));
-    ASSIGN_OR_RETURN(layer.down, load.Matrix({{p + "mlp.down_proj.weight", {h, inter}, all_h, s.intermediate}}));
+    ASSIGN_OR_RETURN(layer.down, load.Linear({{p + "mlp.down_proj.weight", {h, inter}, all_h, s.intermediate}}));
     w.layers.push_back(std::move(layer));
   }
   w.bytes = load.bytes();

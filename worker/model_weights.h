@@ -19,6 +19,7 @@ namespace tessera {
 // A weight matrix in backend memory.
 struct DeviceMatrix {
   DeviceBuffer buffer;
+  DeviceBuffer scales;  // [rows] float for quantized dtypes (view.scales points here).
   kernels::MatrixView view;
 };
 
@@ -53,7 +54,10 @@ struct ModelWeights {
 using LoadProgress = std::function<void(int, int, uint64_t)>;
 
 // Loads this rank's slice of every weight: the bytes of other ranks' slices are never read.
-// Matrices keep the checkpoint's dtype; norm weights become float.
+// Matrices keep the checkpoint's dtype, except that with `quantization` the linear layers
+// (qkv, o, gate_up, down) become int8/FP8 with per-row scales; embedding and lm_head stay
+// in the checkpoint's dtype (as in vLLM: they hold few of the bytes a decode step reads
+// per layer, and the logits are the most sensitive). Norm weights become float.
 absl::StatusOr<ModelWeights> LoadModelWeights(const Checkpoint& checkpoint,
                                               const ModelConfig& config,
                                               const ShardLayout& layout,

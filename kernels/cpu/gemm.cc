@@ -7,6 +7,7 @@
 #include "common/dtype.h"
 #include "kernels/cpu/gemm_int4.h"
 #include "kernels/cpu/gemm_microkernels.h"
+#include "kernels/cpu/gemm_quantized.h"
 
 namespace tessera::kernels {
 
@@ -99,6 +100,10 @@ void GemmAtLevel(SimdLevel level, const float* x, int64_t m, const MatrixView& w
   const int64_t n = w.rows;
   const int64_t k = w.cols;
   if (m <= 0 || n <= 0) return;
+  if (w.dtype == DType::kI8 || w.dtype == DType::kF8E4M3) {
+    GemmQuantized(level, x, m, w, y, pool);
+    return;
+  }
   if (k <= 0) {
     std::memset(y, 0, static_cast<size_t>(m * n) * sizeof(float));
     return;

@@ -173,6 +173,22 @@ void CudaBackend::Gemm(const float* x, int64_t m, MatrixView w, float* y) {
                "cudaMemsetAsync for a K=0 GEMM");
     return;
   }
+  if (w.dtype == DType::kI8 || w.dtype == DType::kF8E4M3) {
+    // Weight-only quantization: widen the bytes to BF16 (exact), reuse the BF16 GEMV /
+    // cuBLASLt paths, then apply the per-row scales to the output columns.
+    const size_t elements = static_cast<size_t>(w.rows * w.cols);
+    void* widened = Ensure(dequantized_, elements * DTypeSize(DType::kBF16),
+                           "dequantized GEMM weights");
+    if (widened == nullptr) return;
+    std::string error;
+    if (!gpu::LaunchDequantizeToBf16(w.data, w.dtype, elements, widened, stream_, &error)) {
+      RecordLaunch(false, error);
+      return;
+    }
+    Gemm(x, m, MatrixView{widened, DType::kBF16, w.rows, w.cols}, y);
+    RecordLaunch(gpu::LaunchScaleColumns(y, w.scales, m, w.rows, stream_, &error), error);
+    return;
+  }
   if (w.dtype != DType::kF32 && m <= gpu::kGemvMaxRows) {
     std::string error;
     RecordLaunch(gpu::LaunchGemv(x, static_cast<int>(m), w, y, stream_, &error), error);

@@ -101,6 +101,7 @@ class CudaBackend final : public Backend {
   cudaStream_t stream_;
   std::unique_ptr<CublasLtGemm> gemm_;
   Scratch activations_;  // GEMM inputs rounded to BF16/F16.
+  Scratch dequantized_;  // int8/FP8 weights widened to BF16 for one GEMM.
   Scratch attention_;    // Split-K partials.
   Scratch sampling_;     // Per-row sampling parameters.
   absl::Status first_error_;

@@ -48,6 +48,14 @@ constexpr int kGemvMaxRows = 8;
 bool LaunchGemv(const float* x, int m, MatrixView w, float* y, cudaStream_t stream,
                 std::string* error);
 
+// ---- Weight-only int8 / FP8 E4M3 weights (quantized_gemm_kernels.cu).
+// out[i] = BF16 of the value of byte q[i] (kI8 or kF8E4M3), before its row scale; exact.
+bool LaunchDequantizeToBf16(const void* q, DType dtype, size_t n, void* out,
+                            cudaStream_t stream, std::string* error);
+// y[i][j] *= scales[j] for y [m, n]: the per-output-channel scales of the weight rows.
+bool LaunchScaleColumns(float* y, const float* scales, int64_t m, int64_t n,
+                        cudaStream_t stream, std::string* error);
+
 // ---- Paged attention (attention_kernels.cu). Supported head_dim: 8, 16, 32, 64, 128.
 // Both kernels honour batch.sliding_window (see AttentionBatch).
 bool AttentionHeadDimSupported(int head_dim);

@@ -14,7 +14,7 @@
 #include "gtest/gtest.h"
 #include "kernels/cpu/simd.h"
 #include "tests/support/test_model.h"
-#include "tests/worker/test_expected.h"
+#include "tests/worker/teacher_forcing.h"
 #include "worker/communicator.h"
 #include "worker/llama_model.h"
 
@@ -44,23 +44,7 @@ std::filesystem::path WriteBf16Copy(const std::filesystem::path& dir) {
   return dir;
 }
 
-// Next-token logits after every position of `tokens`, in one prefill step.
-std::vector<float> TeacherForcedLogits(LlamaModel& model, const std::vector<int32_t>& tokens) {
-  const int block_size = 16;
-  const int blocks = (static_cast<int>(tokens.size()) + block_size - 1) / block_size;
-  auto cache = model.CreateKvCache(blocks + 1, block_size);
-  EXPECT_TRUE(cache.ok()) << cache.status();
-  std::vector<int32_t> table(blocks);
-  for (int b = 0; b < blocks; ++b) table[b] = b + 1;  // Block 0 stays reserved.
-  StepBatch batch;
-  batch.max_blocks_per_seq = blocks;
-  batch.AddSequence(tokens, table, 0, static_cast<int>(tokens.size()), block_size, false);
-  for (int i = 0; i < batch.num_tokens(); ++i) batch.logits_rows.push_back(i);
-  std::vector<float> logits;
-  const absl::Status s = model.Forward(batch, cache->get(), &logits);
-  EXPECT_TRUE(s.ok()) << s;
-  return logits;
-}
+using testing::TeacherForcedLogits;
 
 TEST(Bf16ActivationQualityTest, Stories260kKeepsItsNextTokenChoices) {
   TESSERA_REQUIRE_STORIES_MODEL();
@@ -68,9 +52,7 @@ TEST(Bf16ActivationQualityTest, Stories260kKeepsItsNextTokenChoices) {
     GTEST_SKIP() << "no AVX512-BF16 on this CPU: the path under test cannot run";
   }
   const std::filesystem::path dir = WriteBf16Copy(testing::ScratchDir("bf16"));
-  const testing::Expected expected = testing::LoadExpected();
-  std::vector<int32_t> tokens = expected.prompt_ids;
-  tokens.insert(tokens.end(), expected.generated_ids.begin(), expected.generated_ids.end());
+  const std::vector<int32_t> tokens = testing::ReferenceTokens();
 
   auto backend = kernels::MakeCpuBackend(2);
   SingleRankCommunicator comm;

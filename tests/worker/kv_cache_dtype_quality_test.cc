@@ -12,7 +12,7 @@
 #include "common/quantization.h"
 #include "gtest/gtest.h"
 #include "tests/support/test_model.h"
-#include "tests/worker/test_expected.h"
+#include "tests/worker/teacher_forcing.h"
 #include "worker/communicator.h"
 #include "worker/llama_model.h"
 
@@ -34,22 +34,12 @@ CacheRun TeacherForced(KvCacheDType kv, const std::vector<int32_t>& tokens) {
   auto model = LlamaModel::Load(testing::StoriesModelDir(), backend.get(), &comm, nullptr, options);
   EXPECT_TRUE(model.ok()) << model.status();
   if (!model.ok()) return {};
-  const int block_size = 16;
-  const int blocks = (static_cast<int>(tokens.size()) + block_size - 1) / block_size;
-  auto cache = (*model)->CreateKvCache(blocks + 1, block_size);
-  EXPECT_TRUE(cache.ok()) << cache.status();
-  if (!cache.ok()) return {};
-  std::vector<int32_t> table(blocks);
-  for (int b = 0; b < blocks; ++b) table[b] = b + 1;
-  StepBatch batch;
-  batch.max_blocks_per_seq = blocks;
-  batch.AddSequence(tokens, table, 0, static_cast<int>(tokens.size()), block_size, false);
-  for (int i = 0; i < batch.num_tokens(); ++i) batch.logits_rows.push_back(i);
   CacheRun run;
-  const absl::Status s = (*model)->Forward(batch, cache->get(), &run.logits);
-  EXPECT_TRUE(s.ok()) << s;
-  run.cache_bytes = (*cache)->bytes();
-  run.bytes_per_block = (*model)->KvBytesPerBlock(block_size);
+  run.logits = testing::TeacherForcedLogits(**model, tokens);
+  run.bytes_per_block = (*model)->KvBytesPerBlock(16);
+  auto cache = (*model)->CreateKvCache(8, 16);
+  EXPECT_TRUE(cache.ok()) << cache.status();
+  if (cache.ok()) run.cache_bytes = (*cache)->bytes();
   run.head_dim = (*model)->config().head_dim;
   return run;
 }
@@ -81,9 +71,7 @@ double Top1Agreement(const std::vector<float>& a, const std::vector<float>& b, s
 
 TEST(KvCacheDTypeQualityTest, Bf16AndFp8CachesKeepTheNextTokenChoicesAndShrink) {
   TESSERA_REQUIRE_STORIES_MODEL();
-  const testing::Expected expected = testing::LoadExpected();
-  std::vector<int32_t> tokens = expected.prompt_ids;
-  tokens.insert(tokens.end(), expected.generated_ids.begin(), expected.generated_ids.end());
+  const std::vector<int32_t> tokens = testing::ReferenceTokens();
   const CacheRun f32 = TeacherForced(KvCacheDType::kF32, tokens);
   const CacheRun bf16 = TeacherForced(KvCacheDType::kBF16, tokens);
   const CacheRun fp8 = TeacherForced(KvCacheDType::kFp8, tokens);

@@ -153,7 +153,8 @@ absl::StatusOr<std::unique_ptr<SafetensorsFile>> SafetensorsFile::Open(
     if (!ParseDType(dtype_name, &info.dtype)) {
       return BadHeader(
           path, name,
-          absl::StrCat("unsupported dtype \"", dtype_name, "\" (supported: F32, F16, BF16)"));
+          absl::StrCat("unsupported dtype \"", dtype_name,
+                       "\" (supported: F32, F16, BF16, I8, I32, F8_E4M3)"));
     }
 
     auto shape = entry.find("shape");

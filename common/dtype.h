@@ -61,6 +61,9 @@ inline bool ParseDType(std::string_view s, DType* out) {
   return false;
 }
 
+// Bytes of the float scale an FP8 KV cache keeps per (token, head); 0 for other types.
+constexpr size_t KvScaleBytes(DType dtype) { return dtype == DType::kF8E4M3 ? 4 : 0; }
+
 // OCP FP8 E4M3 ("fn": no infinities, 0x7f/0xff are NaN, largest finite 448).
 constexpr float kFp8E4M3Max = 448.0f;
 

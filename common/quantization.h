@@ -48,8 +48,6 @@ DType ResolveKvCacheDType(KvCacheDType d, DType model_dtype);
 // `dtype` (FP8 adds a float scale per head and token).
 uint64_t KvCacheBytesPerToken(int layers, int kv_heads, int head_dim, DType dtype);
 
-// Bytes of the float scales an FP8 cache keeps per (token, head); 0 for other types.
-constexpr size_t KvScaleBytes(DType dtype) { return dtype == DType::kF8E4M3 ? 4 : 0; }
 
 }  // namespace tessera
 

@@ -52,7 +52,7 @@ struct KvCacheShape {
   size_t scales_offset() const { return elements() * DTypeSize(dtype); }
   // Bytes of one layer's K (or V) cache, scales included.
   size_t bytes() const {
-    return scales_offset() + (dtype == DType::kF8E4M3 ? rows() * sizeof(float) : 0);
+    return scales_offset() + rows() * KvScaleBytes(dtype);
   }
 };
 

@@ -209,16 +209,12 @@ int Main(int argc, char** argv) {
   }
 
   // 3. The roofline.
-  // Quantized layers stream one byte per weight; embedding and lm_head keep the file's type.
-  const DType layer_dtype =
-      load_options.quantization == WeightQuantization::kNone ? *dtype : DType::kI8;
-  DecodeTraffic traffic = ComputeDecodeTraffic(config, (*model)->layout(), layer_dtype,
+  DecodeTraffic traffic = ComputeDecodeTraffic(config, (*model)->layout(), *dtype,
                                                static_cast<int>(batch), static_cast<int>(tokens),
                                                (*model)->kv_cache_dtype());
-  if (layer_dtype != *dtype) {
-    traffic.lm_head_bytes = traffic.lm_head_bytes / DTypeSize(layer_dtype) * DTypeSize(*dtype);
-    traffic.embedding_row_bytes =
-        traffic.embedding_row_bytes / DTypeSize(layer_dtype) * DTypeSize(*dtype);
+  // Quantized layers stream one byte per weight; embedding and lm_head keep the file's type.
+  if (load_options.quantization != WeightQuantization::kNone) {
+    traffic.layer_matrix_bytes /= DTypeSize(*dtype);
   }
   // The ceiling: the best read seen, before or between the steps.
   const double ceiling = std::max(bw.best_bytes_per_second, *std::max_element(step_bw.begin(), step_bw.end()));

@@ -60,8 +60,6 @@ constexpr int64_t kNBlockTiles = 4;
 // longer (measured best at 8 for the BF16 set on Zen 4).
 constexpr int64_t kNBlockTilesWholeK = 8;
 constexpr int64_t kKChunk = 1024;
-// Below this many multiply-adds, waking the pool costs more than it saves.
-constexpr int64_t kMinParallelWork = int64_t{1} << 15;
 
 int DTypeIndex(DType t) {
   switch (t) {
@@ -128,7 +126,7 @@ void GemmAtLevel(SimdLevel level, const float* x, int64_t m, const MatrixView& w
       gemm_internal::RoundRowsToBf16(x + begin * k, end - begin, k, k,
                                      rounded_data + begin * ldx, ldx);
     };
-    if (pool == nullptr || m * k < kMinParallelWork) {
+    if (pool == nullptr || m * k < kMinParallelGemmWork) {
       round_rows(0, m);
     } else {
       pool->ParallelFor(m, 1, round_rows);
@@ -191,7 +189,7 @@ void GemmAtLevel(SimdLevel level, const float* x, int64_t m, const MatrixView& w
 
   const int64_t tiles = m_tiles * n_tiles;
   if (pool == nullptr || pool->num_threads() == 1 || tiles == 1 ||
-      m * n * k < kMinParallelWork) {
+      m * n * k < kMinParallelGemmWork) {
     run_tiles(0, tiles);
     return;
   }

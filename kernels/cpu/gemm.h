@@ -9,6 +9,9 @@
 
 namespace tessera::kernels {
 
+// Multiply-adds below which waking the pool costs more than it saves (every GEMM path).
+constexpr int64_t kMinParallelGemmWork = int64_t{1} << 15;
+
 // y[m, w.rows] = x[m, w.cols] * w^T with float32 accumulation; w may be F32, BF16 or F16
 // and is converted in registers (activations are never rounded); group-wise 4-bit (kU4)
 // weights go to GemmInt4 (gemm_int4.h). Row-major, densely packed

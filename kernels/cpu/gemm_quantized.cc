@@ -5,14 +5,12 @@
 #include <vector>
 
 #include "common/dtype.h"
-#include "kernels/cpu/gemm_quantized_internal.h"
+#include "kernels/cpu/gemm.h"
 #include "kernels/cpu/gemm_quantized_internal.h"
 
 namespace tessera::kernels {
 namespace {
 
-// Below this many multiply-adds, waking the pool costs more than it saves.
-constexpr int64_t kMinParallelWork = int64_t{1} << 15;
 // Output rows per parallel work item: enough to amortise the scheduling, few enough to
 // balance the threads on small layers.
 constexpr int64_t kRowsPerItem = 16;
@@ -79,7 +77,7 @@ void GemmQuantized(SimdLevel level, const float* x, int64_t m, const MatrixView&
   };
   const int64_t items = (n + kRowsPerItem - 1) / kRowsPerItem;
   if (pool == nullptr || pool->num_threads() == 1 || items == 1 ||
-      m * n * k < kMinParallelWork) {
+      m * n * k < kMinParallelGemmWork) {
     run_rows(0, items);
     return;
   }

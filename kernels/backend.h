@@ -14,9 +14,23 @@
 // This header stays free of Abseil and gRPC so CUDA translation units may include it.
 namespace tessera::kernels {
 
+// How a weight matrix's bytes are arranged in backend memory.
+enum class WeightLayout {
+  kRowMajor,
+  // kI8 only, the CPU backend's: blocks of 16 rows, in each block the columns in pairs,
+  // 32 bytes per pair (row i's two bytes at 2i), columns zero-padded to whole groups of
+  // 32; then, 64-byte aligned, one BF16 scale per (block, group, row). One 32-byte load
+  // widened to 16-bit lanes is exactly the operand of VPDPWSSD for 16 output rows
+  // (kernels/cpu/int8_blocked.h).
+  kInt8Blocked16,
+};
+
 // A weight matrix [rows, cols], row-major (torch Linear layout: [out_features, in_features]).
-// Quantized weights (kI8, kF8E4M3) carry one float scale per row (output channel):
-// w[r][c] = scales[r] * value(data[r][c]).
+// FP8 weights (kF8E4M3) carry one float scale per row (output channel):
+// w[r][c] = scales[r] * value(data[r][c]). int8 weights (kI8) carry one scale per (row,
+// group of `group_size` columns), [rows, ceil(cols / group_size)], or per row when
+// group_size is 0: w[r][c] = scales[r][c / g] * data[r][c]; in `layout` kInt8Blocked16
+// the scales live inside `data` and `scales` is null.
 // Group-wise kU4 weights (GPTQ/AWQ) hold [rows, cols / 2] bytes (low nibble = even
 // column) and per (row, group of `group_size` columns) a scale and a zero point:
 // w[r][c] = scales[r][c / g] * (q[r][c] - zeros[r][c / g]).
@@ -25,12 +39,13 @@ struct MatrixView {
   DType dtype = DType::kF32;
   int64_t rows = 0;
   int64_t cols = 0;
-  // [rows] for kI8/kF8E4M3, [rows, cols / group_size] for kU4; backend memory; set for
-  // quantized dtypes only.
+  // Backend memory, set for quantized dtypes only: [rows] for kF8E4M3 (and kI8 with
+  // group_size 0), [rows, ceil(cols / group_size)] for grouped kI8 and kU4.
   const float* scales = nullptr;
   // Columns sharing one scale (kU4: a divisor of cols, even); 0 = one scale per row.
   int group_size = 0;
   const float* zeros = nullptr;  // [rows, cols / group_size] for kU4, else unused.
+  WeightLayout layout = WeightLayout::kRowMajor;
 };
 
 // Shape of one layer's K (or V) cache: [num_blocks, block_size, num_kv_heads, head_dim] of
@@ -89,6 +104,8 @@ class Backend {
   virtual void Synchronize() = 0;
   // Bytes the backend could still allocate (for sizing the KV cache).
   virtual size_t FreeMemoryBytes() const = 0;
+  // The layout its Gemm wants int8 weights in; the loader packs them so.
+  virtual WeightLayout Int8WeightLayout() const { return WeightLayout::kRowMajor; }
 
   // ---- Ops.
   // out[i, :] = table[ids[i] - vocab_begin, :] when the id falls in this shard's rows,

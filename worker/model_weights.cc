@@ -7,6 +7,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "common/status_macros.h"
+#include "kernels/cpu/int8_blocked.h"
 #include "worker/int4_weights.h"
 #include "worker/weight_quantizer.h"
 
@@ -60,8 +61,25 @@ class Loader {
     }
     const DType dtype = QuantizedDType(quantization_);
     std::vector<uint8_t> quantized(staging.size());
-    std::vector<float> scales(rows);
+    std::vector<float> scales(rows * QuantizedScalesPerRow(quantization_, cols));
     QuantizeRows(quantization_, staging.data(), rows, cols, quantized.data(), scales.data());
+    DeviceMatrix m;
+    if (dtype == DType::kI8 &&
+        backend_->Int8WeightLayout() == kernels::WeightLayout::kInt8Blocked16) {
+      // Scales inside the packed matrix: one allocation.
+      std::vector<uint8_t> packed(kernels::Int8BlockedShape{rows, cols}.bytes());
+      kernels::PackInt8Blocked(reinterpret_cast<const int8_t*>(quantized.data()),
+                               scales.data(), rows, cols, packed.data());
+      ASSIGN_OR_RETURN(DeviceBuffer buffer,
+                       DeviceBuffer::Allocate(backend_, packed.size(), parts[0].name));
+      backend_->CopyToDevice(buffer.get(), packed.data(), packed.size());
+      m.view = {buffer.get(), dtype, rows, cols};
+      m.view.group_size = kInt8WeightGroup;
+      m.view.layout = kernels::WeightLayout::kInt8Blocked16;
+      m.buffer = std::move(buffer);
+      Done(packed.size());
+      return m;
+    }
     ASSIGN_OR_RETURN(DeviceBuffer buffer,
                      DeviceBuffer::Allocate(backend_, quantized.size(), parts[0].name));
     backend_->CopyToDevice(buffer.get(), quantized.data(), quantized.size());
@@ -69,8 +87,8 @@ class Loader {
     ASSIGN_OR_RETURN(DeviceBuffer scale_buffer,
                      DeviceBuffer::Allocate(backend_, scale_bytes, parts[0].name + " scales"));
     backend_->CopyToDevice(scale_buffer.get(), scales.data(), scale_bytes);
-    DeviceMatrix m;
     m.view = {buffer.get(), dtype, rows, cols, static_cast<const float*>(scale_buffer.get())};
+    if (dtype == DType::kI8) m.view.group_size = kInt8WeightGroup;
     m.buffer = std::move(buffer);
     m.scales = std::move(scale_buffer);
     Done(quantized.size() + scale_bytes);

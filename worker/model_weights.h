@@ -19,7 +19,9 @@ namespace tessera {
 // A weight matrix in backend memory.
 struct DeviceMatrix {
   DeviceBuffer buffer;
-  DeviceBuffer scales;  // [rows] float for quantized dtypes (view.scales points here).
+  // Float scales of quantized dtypes (view.scales points here); empty where the layout
+  // keeps them inside `buffer`.
+  DeviceBuffer scales;
   kernels::MatrixView view;
 };
 
@@ -55,7 +57,8 @@ using LoadProgress = std::function<void(int, int, uint64_t)>;
 
 // Loads this rank's slice of every weight: the bytes of other ranks' slices are never read.
 // Matrices keep the checkpoint's dtype, except that with `quantization` the linear layers
-// (qkv, o, gate_up, down) become int8/FP8 with per-row scales; embedding and lm_head stay
+// (qkv, o, gate_up, down) become int8 (scales per 32 columns, packed in the backend's
+// Int8WeightLayout) or FP8 (per-row scales); embedding and lm_head stay
 // in the checkpoint's dtype (as in vLLM: they hold few of the bytes a decode step reads
 // per layer, and the logits are the most sensitive). Norm weights become float.
 absl::StatusOr<ModelWeights> LoadModelWeights(const Checkpoint& checkpoint,

@@ -2,8 +2,27 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 
 namespace tessera {
+namespace {
+
+// The smallest BF16 value >= f (f finite and positive).
+float RoundUpToBf16(float f) {
+  uint32_t bits;
+  std::memcpy(&bits, &f, sizeof bits);
+  if ((bits & 0xffffu) != 0) bits = (bits & 0xffff0000u) + 0x10000u;
+  std::memcpy(&f, &bits, sizeof bits);
+  return f;
+}
+
+float AbsMax(const float* v, int64_t n) {
+  float absmax = 0.0f;
+  for (int64_t i = 0; i < n; ++i) absmax = std::max(absmax, std::fabs(v[i]));
+  return absmax;
+}
+
+}  // namespace
 
 DType QuantizedDType(WeightQuantization q) {
   switch (q) {
@@ -14,24 +33,35 @@ DType QuantizedDType(WeightQuantization q) {
   return DType::kF32;
 }
 
+int64_t QuantizedScalesPerRow(WeightQuantization q, int64_t cols) {
+  if (q == WeightQuantization::kInt8) return (cols + kInt8WeightGroup - 1) / kInt8WeightGroup;
+  return 1;
+}
+
 void QuantizeRows(WeightQuantization q, const float* w, int64_t rows, int64_t cols,
                   uint8_t* out, float* scales) {
-  const float max_code = q == WeightQuantization::kInt8 ? 127.0f : 448.0f;
+  const int64_t groups = QuantizedScalesPerRow(q, cols);
+  const int64_t group_cols = q == WeightQuantization::kInt8 ? kInt8WeightGroup : cols;
   for (int64_t r = 0; r < rows; ++r) {
-    const float* row = w + r * cols;
-    uint8_t* dst = out + r * cols;
-    float absmax = 0.0f;
-    for (int64_t c = 0; c < cols; ++c) absmax = std::max(absmax, std::fabs(row[c]));
-    const float scale = absmax > 0.0f ? absmax / max_code : 1.0f;
-    scales[r] = scale;
-    if (q == WeightQuantization::kInt8) {
-      for (int64_t c = 0; c < cols; ++c) {
-        // nearbyint rounds half to even, like torch.round.
-        const float v = std::clamp(std::nearbyint(row[c] / scale), -127.0f, 127.0f);
-        dst[c] = static_cast<uint8_t>(static_cast<int8_t>(v));
+    for (int64_t g = 0; g < groups; ++g) {
+      const int64_t begin = g * group_cols;
+      const int64_t n = std::min(cols, begin + group_cols) - begin;
+      const float* src = w + r * cols + begin;
+      uint8_t* dst = out + r * cols + begin;
+      const float absmax = AbsMax(src, n);
+      if (q == WeightQuantization::kInt8) {
+        const float scale = absmax > 0.0f ? RoundUpToBf16(absmax / 127.0f) : 1.0f;
+        scales[r * groups + g] = scale;
+        for (int64_t c = 0; c < n; ++c) {
+          // nearbyint rounds half to even, like torch.round.
+          const float v = std::clamp(std::nearbyint(src[c] / scale), -127.0f, 127.0f);
+          dst[c] = static_cast<uint8_t>(static_cast<int8_t>(v));
+        }
+      } else {
+        const float scale = absmax > 0.0f ? absmax / 448.0f : 1.0f;
+        scales[r * groups + g] = scale;
+        for (int64_t c = 0; c < n; ++c) dst[c] = F32ToFp8E4M3(src[c] / scale);
       }
-    } else {
-      for (int64_t c = 0; c < cols; ++c) dst[c] = F32ToFp8E4M3(row[c] / scale);
     }
   }
 }

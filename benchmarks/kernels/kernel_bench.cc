@@ -26,6 +26,7 @@
 #include "kernels/backend.h"
 #include "kernels/cpu/attention.h"
 #include "kernels/cpu/gemm.h"
+#include "kernels/cpu/int8_blocked.h"
 #include "kernels/cpu/kv_cache_format.h"
 #include "kernels/cpu/norm.h"
 #include "kernels/cpu/simd.h"
@@ -128,6 +129,52 @@ void GemmArgs(benchmark::internal::Benchmark* b) {
   b->UseRealTime();
 }
 BENCHMARK(BM_Gemm)->Apply(GemmArgs);
+
+// int8 weights in the CPU backend's blocked layout (BF16 scale per 32 columns), the
+// --quantization int8 path. Args: m, N, K, SIMD level (-1: the detected one).
+void BM_GemmInt8(benchmark::State& state) {
+  const int64_t m = state.range(0), n = state.range(1), k = state.range(2);
+  if (state.range(3) >= 0) {
+    const auto wanted = static_cast<SimdLevel>(state.range(3));
+    if (SetSimdLevelOverride(wanted) != wanted) {
+      state.SkipWithError("SIMD level not supported by this CPU");
+      ClearSimdLevelOverride();
+      return;
+    }
+  }
+  const Int8BlockedShape shape{n, k};
+  const size_t w_bytes = shape.bytes();
+  const size_t copies = std::clamp<size_t>(kRotationBytes / w_bytes, 1, 64);
+  std::vector<std::vector<uint8_t>> weights(copies);
+  {
+    std::mt19937 rng(1);
+    std::vector<int8_t> q(static_cast<size_t>(n * k));
+    for (auto& v : q) v = static_cast<int8_t>(static_cast<int>(rng() % 255) - 127);
+    const std::vector<float> scales(static_cast<size_t>(n * shape.groups()), 0.0078125f);
+    for (auto& w : weights) {
+      w.resize(w_bytes);
+      PackInt8Blocked(q.data(), scales.data(), n, k, w.data());
+    }
+  }
+  const std::vector<float> x = RandomFloats(static_cast<size_t>(m * k), 2);
+  std::vector<float> y(static_cast<size_t>(m * n));
+  size_t next = 0;
+  for (auto _ : state) {
+    MatrixView w{weights[next].data(), DType::kI8, n, k};
+    w.group_size = kInt8GroupSize;
+    w.layout = WeightLayout::kInt8Blocked16;
+    Gemm(x.data(), m, w, y.data(), &Pool());
+    benchmark::DoNotOptimize(y.data());
+    next = (next + 1) % copies;
+  }
+  SetRates(state, static_cast<double>(w_bytes) + 4.0 * (m * k + m * n), 2.0 * m * n * k);
+  ClearSimdLevelOverride();
+}
+BENCHMARK(BM_GemmInt8)
+    ->ArgsProduct({{1, 4, 32, 128}, {2560, 11264}, {2048}, {-1}})
+    ->ArgsProduct({{1, 4, 32, 128}, {2048}, {5632}, {-1}})
+    ->ArgNames({"m", "N", "K", "level"})
+    ->UseRealTime();
 
 // Group-wise 4-bit weights (GPTQ/AWQ after repacking). Args: m, N, K, group size, SIMD
 // level (-1: the detected one). Bytes: the packed codes plus the float scales and zeros.

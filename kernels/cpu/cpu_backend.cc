@@ -60,6 +60,7 @@ class CpuBackend final : public Backend {
   // Every op finishes before it returns.
   void Synchronize() override {}
   size_t FreeMemoryBytes() const override { return AvailableHostMemoryBytes(); }
+  WeightLayout Int8WeightLayout() const override { return WeightLayout::kInt8Blocked16; }
 
   void EmbeddingGather(const int32_t* ids, int n, MatrixView table, int64_t vocab_begin,
                        float* out) override {

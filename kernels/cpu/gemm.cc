@@ -6,6 +6,7 @@
 
 #include "common/dtype.h"
 #include "kernels/cpu/gemm_int4.h"
+#include "kernels/cpu/gemm_int8.h"
 #include "kernels/cpu/gemm_microkernels.h"
 #include "kernels/cpu/gemm_quantized.h"
 
@@ -98,6 +99,10 @@ void GemmAtLevel(SimdLevel level, const float* x, int64_t m, const MatrixView& w
   const int64_t n = w.rows;
   const int64_t k = w.cols;
   if (m <= 0 || n <= 0) return;
+  if (w.dtype == DType::kI8 && w.layout == WeightLayout::kInt8Blocked16) {
+    GemmInt8Blocked(level, x, m, w, y, pool);
+    return;
+  }
   if (w.dtype == DType::kI8 || w.dtype == DType::kF8E4M3) {
     GemmQuantized(level, x, m, w, y, pool);
     return;

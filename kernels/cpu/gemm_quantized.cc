@@ -54,6 +54,11 @@ void GemmQuantized(SimdLevel level, const float* x, int64_t m, const MatrixView&
   const Table& table = ValueTable(w.dtype);
   const auto* data = static_cast<const uint8_t*>(w.data);
   if (level > DetectSimdLevel()) level = SimdLevel::kScalar;
+  // Row-major int8 with group scales is the CUDA backend's layout (the CPU backend packs
+  // int8 as kInt8Blocked16): only the portable path reads it, for tests comparing the two.
+  const bool grouped = w.group_size > 0;
+  if (grouped) level = SimdLevel::kScalar;
+  const int64_t groups = grouped ? (k + w.group_size - 1) / w.group_size : 1;
   auto run_rows = [&](int64_t item_begin, int64_t item_end) {
     const int64_t begin = item_begin * kRowsPerItem;
     const int64_t end = std::min(n, item_end * kRowsPerItem);
@@ -70,8 +75,13 @@ void GemmQuantized(SimdLevel level, const float* x, int64_t m, const MatrixView&
     float* const r = row.data();
     for (int64_t o = begin; o < end; ++o) {
       const uint8_t* q = data + o * k;
-      for (int64_t c = 0; c < k; ++c) r[c] = table[q[c]];
-      const float scale = w.scales[o];
+      float scale = w.scales[o];
+      if (grouped) {
+        for (int64_t c = 0; c < k; ++c) r[c] = table[q[c]] * w.scales[o * groups + c / w.group_size];
+        scale = 1.0f;
+      } else {
+        for (int64_t c = 0; c < k; ++c) r[c] = table[q[c]];
+      }
       for (int64_t i = 0; i < m; ++i) y[i * n + o] = scale * Dot(x + i * k, r, k);
     }
   };

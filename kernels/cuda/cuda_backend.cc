@@ -181,6 +181,14 @@ void CudaBackend::Gemm(const float* x, int64_t m, MatrixView w, float* y) {
                            "dequantized GEMM weights");
     if (widened == nullptr) return;
     std::string error;
+    if (w.dtype == DType::kI8 && w.group_size > 0) {
+      RecordLaunch(gpu::LaunchDequantizeGroupedInt8ToBf16(w.data, w.scales, w.rows, w.cols,
+                                                          w.group_size, widened, stream_,
+                                                          &error),
+                   error);
+      Gemm(x, m, MatrixView{widened, DType::kBF16, w.rows, w.cols}, y);
+      return;
+    }
     if (!gpu::LaunchDequantizeToBf16(w.data, w.dtype, elements, widened, stream_, &error)) {
       RecordLaunch(false, error);
       return;

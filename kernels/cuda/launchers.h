@@ -52,6 +52,10 @@ bool LaunchGemv(const float* x, int m, MatrixView w, float* y, cudaStream_t stre
 // out[i] = BF16 of the value of byte q[i] (kI8 or kF8E4M3), before its row scale; exact.
 bool LaunchDequantizeToBf16(const void* q, DType dtype, size_t n, void* out,
                             cudaStream_t stream, std::string* error);
+// out [rows, cols] BF16 = scales[r][c / group_size] * q[r][c] for int8 q with group scales.
+bool LaunchDequantizeGroupedInt8ToBf16(const void* q, const float* scales, int64_t rows,
+                                       int64_t cols, int group_size, void* out,
+                                       cudaStream_t stream, std::string* error);
 // y[i][j] *= scales[j] for y [m, n]: the per-output-channel scales of the weight rows.
 bool LaunchScaleColumns(float* y, const float* scales, int64_t m, int64_t n,
                         cudaStream_t stream, std::string* error);

@@ -1,16 +1,18 @@
 // Quality of load-time weight quantization at the model level: stories260K (a trained
-// model) with its linear layers quantized to int8 or FP8 E4M3 per output channel must
+// model) with its linear layers quantized to int8 (per 32 columns) or FP8 E4M3 (per row) must
 // still choose the next tokens the unquantized model chooses, teacher-forced over its
 // reference continuation, and hold fewer weight bytes.
 #include <algorithm>
 #include <cstdio>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "common/quantization.h"
 #include "gtest/gtest.h"
 #include "kernels/backend.h"
+#include "kernels/cpu/int8_blocked.h"
 #include "tests/support/test_model.h"
 #include "tests/worker/teacher_forcing.h"
 #include "worker/communicator.h"
@@ -72,17 +74,30 @@ TEST_P(WeightQuantizationQualityTest, Stories260kLinearLayersShrinkToOneBytePlus
   auto quantized = LlamaModel::Load(testing::StoriesModelDir(), backend.get(), &comm, nullptr,
                                     ModelLoadOptions{.quantization = GetParam()});
   ASSERT_TRUE(quantized.ok()) << quantized.status();
-  // stories260K is float32: each linear weight goes from 4 bytes to 1, and each of its rows
-  // gains a float scale; embedding, norms (and lm_head, tied here) are unchanged.
+  // stories260K is float32: each linear weight goes from 4 bytes to 1. FP8 adds a float
+  // scale per row; int8 (the CPU backend's packed layout) a BF16 scale per 32 columns, with
+  // rows padded to blocks of 16 and columns to groups of 32. Embedding, norms (and lm_head,
+  // tied here) are unchanged.
   const ModelConfig& c = (*base)->config();
-  const uint64_t h = c.hidden_size, inter = c.intermediate_size;
-  const uint64_t q_rows = c.num_attention_heads * c.head_dim;
-  const uint64_t qkv_rows = q_rows + 2 * c.num_key_value_heads * c.head_dim;
-  const uint64_t elements = qkv_rows * h + h * q_rows + 2 * inter * h + h * inter;
-  const uint64_t rows = qkv_rows + h + 2 * inter + h;
+  const int64_t h = c.hidden_size, inter = c.intermediate_size;
+  const int64_t q_rows = c.num_attention_heads * c.head_dim;
+  const int64_t qkv_rows = q_rows + 2 * c.num_key_value_heads * c.head_dim;
+  auto quantized_bytes = [&](int64_t rows, int64_t cols) -> uint64_t {
+    if (GetParam() == WeightQuantization::kInt8) {
+      return kernels::Int8BlockedShape{rows, cols}.bytes();
+    }
+    return rows * cols + rows * sizeof(float);
+  };
+  const std::vector<std::pair<int64_t, int64_t>> shapes = {
+      {qkv_rows, h}, {h, q_rows}, {2 * inter, h}, {h, inter}};
+  uint64_t float_bytes = 0, layer_bytes = 0;
+  for (auto [rows, cols] : shapes) {
+    float_bytes += rows * cols * sizeof(float);
+    layer_bytes += quantized_bytes(rows, cols);
+  }
   const uint64_t layers = c.num_hidden_layers;
   EXPECT_EQ((*quantized)->weight_bytes(),
-            (*base)->weight_bytes() - layers * (elements * 3 - rows * sizeof(float)));
+            (*base)->weight_bytes() - layers * (float_bytes - layer_bytes));
   std::printf("%s weight bytes: %llu (float32: %llu)\n",
               std::string(WeightQuantizationName(GetParam())).c_str(),
               static_cast<unsigned long long>((*quantized)->weight_bytes()),

@@ -12,18 +12,40 @@ namespace tessera {
 namespace {
 
 TEST(WeightQuantizerTest, Int8ScalesRoundsAndKeepsZeroRows) {
-  // Row 0: absmax 2.54 -> scale 0.02; row 1 all zero -> scale 1.
-  const std::vector<float> w = {2.54f, -2.54f, 0.01f, 0.03f, 0.0f, 0.0f, 0.0f, 0.0f};
+  // Row 0: absmax 127 / 64 -> scale 1/64 (a BF16 value); row 1 all zero -> scale 1.
+  const float s = 1.0f / 64.0f;
+  const std::vector<float> w = {127 * s, -127 * s, 0.5f * s, 1.5f * s, 0.0f, 0.0f, 0.0f, 0.0f};
   std::vector<uint8_t> q(8);
   std::vector<float> scales(2);
+  ASSERT_EQ(QuantizedScalesPerRow(WeightQuantization::kInt8, 4), 1);
   QuantizeRows(WeightQuantization::kInt8, w.data(), 2, 4, q.data(), scales.data());
-  EXPECT_FLOAT_EQ(scales[0], 2.54f / 127.0f);
+  EXPECT_EQ(scales[0], s);
   EXPECT_EQ(scales[1], 1.0f);
   EXPECT_EQ(static_cast<int8_t>(q[0]), 127);
   EXPECT_EQ(static_cast<int8_t>(q[1]), -127);  // Symmetric: -128 is never used.
   EXPECT_EQ(static_cast<int8_t>(q[2]), 0);     // 0.5 rounds to even.
   EXPECT_EQ(static_cast<int8_t>(q[3]), 2);     // 1.5 rounds to even.
   for (int c = 4; c < 8; ++c) EXPECT_EQ(q[c], 0);
+}
+
+TEST(WeightQuantizerTest, Int8ScalesEachGroupOf32ColumnsWithABf16ScaleRoundedUp) {
+  // 70 columns: groups [0, 32), [32, 64), [64, 70) with their own maxima.
+  std::vector<float> w(70);
+  for (int c = 0; c < 70; ++c) w[c] = std::sin(0.3f * c) * (c < 32 ? 1.0f : c < 64 ? 0.01f : 5.0f);
+  std::vector<uint8_t> q(70);
+  ASSERT_EQ(QuantizedScalesPerRow(WeightQuantization::kInt8, 70), 3);
+  std::vector<float> scales(3);
+  QuantizeRows(WeightQuantization::kInt8, w.data(), 1, 70, q.data(), scales.data());
+  for (int g = 0; g < 3; ++g) {
+    float absmax = 0.0f;
+    for (int c = 32 * g; c < std::min(70, 32 * g + 32); ++c) absmax = std::max(absmax, std::fabs(w[c]));
+    EXPECT_GE(scales[g], absmax / 127.0f) << g;
+    EXPECT_LT(scales[g], absmax / 127.0f * (1.0f + 1.0f / 128.0f)) << g;
+    EXPECT_EQ(Bf16ToF32(F32ToBf16(scales[g])), scales[g]) << g;  // Stored exactly as BF16.
+    for (int c = 32 * g; c < std::min(70, 32 * g + 32); ++c) {
+      EXPECT_NEAR(scales[g] * QuantizedValue(DType::kI8, q[c]), w[c], 0.5f * scales[g]) << c;
+    }
+  }
 }
 
 TEST(WeightQuantizerTest, Fp8UsesTheWholeRangeAndStaysWithinHalfAStep) {
@@ -43,13 +65,16 @@ TEST(WeightQuantizerTest, Fp8UsesTheWholeRangeAndStaysWithinHalfAStep) {
   }
 }
 
-TEST(WeightQuantizerTest, Int8ClampsAndDequantizesExactlyOnTheGrid) {
+TEST(WeightQuantizerTest, Int8ScaleRoundedUpCostsAtMostOneCodeOfRange) {
+  // 1/127 is no BF16 value: the scale rounds up to 0.0079346 (1/126.03), so the maximum
+  // maps to 126, never beyond 127, and +-w stay symmetric.
   const std::vector<float> w = {-1.0f, 0.5f, 1.0f};
   std::vector<uint8_t> q(3);
   float scale = 0.0f;
   QuantizeRows(WeightQuantization::kInt8, w.data(), 1, 3, q.data(), &scale);
-  EXPECT_EQ(QuantizedValue(DType::kI8, q[0]), -127.0f);
-  EXPECT_EQ(QuantizedValue(DType::kI8, q[2]), 127.0f);
+  EXPECT_EQ(scale, Bf16ToF32(0x3C02));
+  EXPECT_EQ(QuantizedValue(DType::kI8, q[0]), -126.0f);
+  EXPECT_EQ(QuantizedValue(DType::kI8, q[2]), 126.0f);
   EXPECT_EQ(QuantizedDType(WeightQuantization::kInt8), DType::kI8);
   EXPECT_EQ(QuantizedDType(WeightQuantization::kFp8), DType::kF8E4M3);
 }

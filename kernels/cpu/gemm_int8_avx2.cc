@@ -1,0 +1,86 @@
+// AVX2 block kernels for int8 weights: each 16-row block in two 8-row halves,
+// VPMADDWD then VPADDD. Only this file's own functions
+// are compiled for these instructions (target pragma, as in gemm_avx512.cc).
+#include <cstdint>
+
+#include "kernels/cpu/gemm_int8_internal.h"
+#include "kernels/cpu/int8_blocked.h"
+
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+#pragma GCC diagnostic ignored "-Wuninitialized"
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#include <immintrin.h>
+
+#if defined(__clang__)
+#pragma clang attribute push(__attribute__((target("avx2,fma"))), apply_to = function)
+#else
+#pragma GCC push_options
+#pragma GCC target("avx2,fma")
+#endif
+
+namespace tessera::kernels::gemm_int8_avx2 {
+
+using gemm_int8_internal::Int8Activations;
+
+struct V {
+  using IReg = __m256i;
+  using FReg = __m256;
+  static constexpr int kLanes = 8;
+  // Two halves per block: 2 tokens take 8 integer and 4 float registers of 16.
+  static constexpr int kMaxTokens = 2;
+  static inline IReg IZero() { return _mm256_setzero_si256(); }
+  static inline IReg IAdd(IReg a, IReg b) { return _mm256_add_epi32(a, b); }
+  static inline void Prefetch(const uint8_t* p) {
+    _mm_prefetch(reinterpret_cast<const char*>(p), _MM_HINT_T0);
+  }
+  static inline FReg FZero() { return _mm256_setzero_ps(); }
+  static inline IReg LoadW(const uint8_t* unit, int half) {
+    return _mm256_cvtepi8_epi16(
+        _mm_loadu_si128(reinterpret_cast<const __m128i*>(unit + 16 * half)));
+  }
+  static inline IReg Dp(IReg acc, IReg w, int32_t pair) {
+    return _mm256_add_epi32(acc, _mm256_madd_epi16(w, _mm256_set1_epi32(pair)));
+  }
+  static inline FReg ToFloat(IReg v) { return _mm256_cvtepi32_ps(v); }
+  static inline FReg LoadScales(const uint16_t* s) {
+    const __m128i h = _mm_loadu_si128(reinterpret_cast<const __m128i*>(s));
+    return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16));
+  }
+  static inline FReg Mul(FReg a, float b) { return _mm256_mul_ps(a, _mm256_set1_ps(b)); }
+  static inline FReg Fma(FReg a, FReg b, FReg acc) { return _mm256_fmadd_ps(a, b, acc); }
+  static inline void Store(float* p, FReg v) { _mm256_storeu_ps(p, v); }
+  static inline void StorePartial(float* p, FReg v, int n) {
+    alignas(32) float tmp[8];
+    _mm256_store_ps(tmp, v);
+    for (int i = 0; i < n; ++i) p[i] = tmp[i];
+  }
+};
+
+#include "kernels/cpu/gemm_int8_blocks.inc"
+
+}  // namespace tessera::kernels::gemm_int8_avx2
+
+#if defined(__clang__)
+#pragma clang attribute pop
+#else
+#pragma GCC pop_options
+#endif
+
+namespace tessera::kernels::gemm_int8_internal {
+void BlocksAvx2(const Int8Activations& x, int64_t m, const MatrixView& w, float* y,
+                int64_t block_begin, int64_t block_end) {
+  gemm_int8_avx2::Blocks(x, m, w, y, block_begin, block_end);
+}
+}  // namespace tessera::kernels::gemm_int8_internal
+
+#else  // Not x86-64: the dispatcher never selects this level.
+
+#include <cstdlib>
+
+namespace tessera::kernels::gemm_int8_internal {
+void BlocksAvx2(const Int8Activations&, int64_t, const MatrixView&, float*, int64_t, int64_t) {
+  std::abort();
+}
+}  // namespace tessera::kernels::gemm_int8_internal
+
+#endif

@@ -1,0 +1,46 @@
+#ifndef TESSERA_KERNELS_CPU_INT8_BLOCKED_H_
+#define TESSERA_KERNELS_CPU_INT8_BLOCKED_H_
+
+#include <cstddef>
+#include <cstdint>
+
+#include "kernels/backend.h"
+
+// WeightLayout::kInt8Blocked16, the CPU backend's int8 weights (see backend.h). Decode
+// streams one byte per weight plus one BF16 scale per 32 (1.0625 bytes, as llama.cpp's
+// Q8_0); a block of 16 rows is one contiguous run, and within it each 32-byte pair unit
+// sign-extends into the 16 x 2 lanes VPDPWSSD multiplies against one broadcast pair of
+// 16-bit activations, so the kernel never reduces across lanes.
+namespace tessera::kernels {
+
+inline constexpr int64_t kInt8BlockRows = 16;
+inline constexpr int kInt8GroupSize = 32;
+
+struct Int8BlockedShape {
+  int64_t rows = 0;
+  int64_t cols = 0;
+  int64_t row_blocks() const { return (rows + kInt8BlockRows - 1) / kInt8BlockRows; }
+  int64_t groups() const { return (cols + kInt8GroupSize - 1) / kInt8GroupSize; }
+  int64_t padded_cols() const { return groups() * kInt8GroupSize; }
+  // Bytes of one block of 16 rows.
+  size_t block_bytes() const { return static_cast<size_t>(padded_cols()) * kInt8BlockRows; }
+  size_t scales_offset() const {
+    return (static_cast<size_t>(row_blocks()) * block_bytes() + 63) / 64 * 64;
+  }
+  size_t bytes() const {
+    return scales_offset() +
+           static_cast<size_t>(row_blocks() * groups() * kInt8BlockRows) * sizeof(uint16_t);
+  }
+};
+
+// Packs row-major int8 `q` [rows, cols] with float `scales` [rows, groups] (each exactly a
+// BF16 value, as QuantizeInt8Groups makes them) into `out` (Int8BlockedShape::bytes()).
+void PackInt8Blocked(const int8_t* q, const float* scales, int64_t rows, int64_t cols,
+                     uint8_t* out);
+
+// The weight w[r][c] of a packed matrix, scale applied (for tests and debugging).
+float Int8BlockedWeight(const MatrixView& w, int64_t r, int64_t c);
+
+}  // namespace tessera::kernels
+
+#endif  // TESSERA_KERNELS_CPU_INT8_BLOCKED_H_

@@ -1,0 +1,163 @@
+#include "kernels/cpu/gemm_int8.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <random>
+#include <tuple>
+#include <utility>
+#include <vector>
+
+#include "common/dtype.h"
+#include "gtest/gtest.h"
+#include "kernels/cpu/gemm.h"
+#include "kernels/cpu/gemm_int8_internal.h"
+#include "kernels/cpu/int8_blocked.h"
+#include "kernels/cpu/simd.h"
+#include "kernels/cpu/thread_pool.h"
+
+namespace tessera::kernels {
+namespace {
+
+// Random int8 codes in [-127, 127] and BF16 group scales, packed.
+struct Weights {
+  int64_t rows = 0;
+  int64_t cols = 0;
+  std::vector<int8_t> q;
+  std::vector<float> scales;  // [rows, groups]
+  std::vector<uint8_t> packed;
+  MatrixView view() const {
+    MatrixView v{packed.data(), DType::kI8, rows, cols};
+    v.group_size = kInt8GroupSize;
+    v.layout = WeightLayout::kInt8Blocked16;
+    return v;
+  }
+  float at(int64_t r, int64_t c) const {
+    return scales[r * Int8BlockedShape{rows, cols}.groups() + c / kInt8GroupSize] *
+           static_cast<float>(q[r * cols + c]);
+  }
+};
+
+Weights RandomWeights(int64_t rows, int64_t cols, std::mt19937* rng) {
+  Weights w;
+  w.rows = rows;
+  w.cols = cols;
+  std::uniform_int_distribution<int> code(-127, 127);
+  std::uniform_real_distribution<float> uni(0.5f, 2.0f);
+  w.q.resize(rows * cols);
+  for (int8_t& v : w.q) v = static_cast<int8_t>(code(*rng));
+  w.scales.resize(rows * Int8BlockedShape{rows, cols}.groups());
+  for (float& s : w.scales) s = Bf16ToF32(F32ToBf16(std::ldexp(uni(*rng), -9)));
+  w.packed.resize(Int8BlockedShape{rows, cols}.bytes());
+  PackInt8Blocked(w.q.data(), w.scales.data(), rows, cols, w.packed.data());
+  return w;
+}
+
+TEST(Int8BlockedTest, PackKeepsEveryWeightAndScale) {
+  std::mt19937 rng(7);
+  for (auto [rows, cols] : std::vector<std::pair<int64_t, int64_t>>{
+           {1, 1}, {16, 32}, {17, 33}, {5, 172}, {40, 64}}) {
+    const Weights w = RandomWeights(rows, cols, &rng);
+    for (int64_t r = 0; r < rows; ++r) {
+      for (int64_t c = 0; c < cols; ++c) {
+        ASSERT_EQ(Int8BlockedWeight(w.view(), r, c), w.at(r, c)) << r << "," << c;
+      }
+    }
+  }
+  // 1.0625 bytes per weight plus alignment, as llama.cpp's Q8_0.
+  EXPECT_EQ(Int8BlockedShape({2048, 2048}).bytes(), 2048u * 2048u * 17u / 16u);
+}
+
+// Every SIMD level gives the scalar path's floats exactly, and all of them stay within the
+// int16 rounding of the activations (half a step of max|x| / 32767 per group) of a
+// float64 product with the dequantized weights.
+void ExpectMatches(ThreadPool* pool, int64_t m, int64_t n, int64_t k, std::mt19937* rng) {
+  const Weights w = RandomWeights(n, k, rng);
+  std::uniform_real_distribution<float> uni(-1.0f, 1.0f);
+  std::vector<float> x(m * k);
+  for (float& v : x) v = uni(*rng);
+  if (k > 40) x[3] = 1000.0f;  // An outlier costs only its own group precision.
+  std::vector<float> expected(m * n, std::nanf(""));
+  GemmInt8Blocked(SimdLevel::kScalar, x.data(), m, w.view(), expected.data(), pool);
+  for (int64_t i = 0; i < m; ++i) {
+    for (int64_t j = 0; j < n; ++j) {
+      double ref = 0.0, bound = 0.0;
+      for (int64_t c = 0; c < k; ++c) {
+        const int64_t g0 = c / kInt8GroupSize * kInt8GroupSize;
+        float amax = 0.0f;
+        for (int64_t t = g0; t < std::min(k, g0 + kInt8GroupSize); ++t) {
+          amax = std::max(amax, std::fabs(x[i * k + t]));
+        }
+        const double wv = w.at(j, c);
+        ref += static_cast<double>(x[i * k + c]) * wv;
+        bound += std::fabs(wv) * (0.5 * amax / 32767.0 + 1e-6 * std::fabs(x[i * k + c]));
+      }
+      ASSERT_NEAR(expected[i * n + j], ref, 1.01 * bound + 1e-6)
+          << "m=" << m << " n=" << n << " k=" << k << " at (" << i << ", " << j << ")";
+    }
+  }
+  for (int level = 1; level <= static_cast<int>(DetectSimdLevel()); ++level) {
+    std::vector<float> y(m * n, std::nanf(""));
+    GemmAtLevel(static_cast<SimdLevel>(level), x.data(), m, w.view(), y.data(), pool);
+    ASSERT_EQ(0, std::memcmp(y.data(), expected.data(), y.size() * sizeof(float)))
+        << SimdLevelName(static_cast<SimdLevel>(level)) << " m=" << m << " n=" << n
+        << " k=" << k;
+  }
+}
+
+TEST(GemmInt8BlockedTest, EveryLevelMatchesTheScalarPathAtAwkwardSizes) {
+  ThreadPool pool(2);
+  std::mt19937 rng(11);
+  for (int64_t m : {1, 2, 3, 4, 5, 8, 9, 17}) {
+    for (auto [n, k] : std::vector<std::pair<int64_t, int64_t>>{
+             {1, 1}, {7, 33}, {37, 129}, {16, 32}, {17, 64}, {5, 172}, {70, 67}}) {
+      ExpectMatches(&pool, m, n, k, &rng);
+      ExpectMatches(nullptr, m, n, k, &rng);
+    }
+  }
+  ExpectMatches(&pool, 3, 256, 2048, &rng);  // Parallel over row blocks.
+}
+
+// The dispatcher picks one AVX-512 kernel per CPU; run the other one here too.
+TEST(GemmInt8BlockedTest, BothAvx512KernelsMatchTheScalarPath) {
+  if (!gemm_int8_internal::CpuHasAvx512Bw()) GTEST_SKIP() << "no AVX512-BW on this CPU";
+  std::mt19937 rng(5);
+  for (auto [m, n, k] : std::vector<std::tuple<int64_t, int64_t, int64_t>>{
+           {1, 33, 172}, {2, 16, 64}, {3, 40, 96}, {8, 17, 2048}, {13, 50, 77}}) {
+    const Weights w = RandomWeights(n, k, &rng);
+    std::uniform_real_distribution<float> uni(-1.0f, 1.0f);
+    std::vector<float> x(m * k);
+    for (float& v : x) v = uni(rng);
+    std::vector<int32_t> pairs;
+    std::vector<float> scales;
+    gemm_int8_internal::Int8Activations acts;
+    gemm_int8_internal::QuantizeActivations(x.data(), m, k, &pairs, &scales, &acts);
+    const int64_t blocks = Int8BlockedShape{n, k}.row_blocks();
+    std::vector<float> expected(m * n), y(m * n);
+    gemm_int8_internal::BlocksScalar(acts, m, w.view(), expected.data(), 0, blocks);
+    std::vector<gemm_int8_internal::BlocksFn> kernels = {gemm_int8_internal::BlocksAvx512};
+    if (gemm_int8_internal::CpuHasAvx512Vnni()) {
+      kernels.push_back(gemm_int8_internal::BlocksAvx512Vnni);
+    }
+    for (size_t i = 0; i < kernels.size(); ++i) {
+      std::fill(y.begin(), y.end(), std::nanf(""));
+      kernels[i](acts, m, w.view(), y.data(), 0, blocks);
+      ASSERT_EQ(0, std::memcmp(y.data(), expected.data(), y.size() * sizeof(float)))
+          << "kernel " << i << " m=" << m << " n=" << n << " k=" << k;
+    }
+  }
+}
+
+TEST(GemmInt8BlockedTest, ZeroActivationsGiveZeros) {
+  std::mt19937 rng(3);
+  const Weights w = RandomWeights(20, 70, &rng);
+  std::vector<float> x(2 * 70, 0.0f);
+  for (int level = 0; level <= static_cast<int>(DetectSimdLevel()); ++level) {
+    std::vector<float> y(2 * 20, std::nanf(""));
+    GemmAtLevel(static_cast<SimdLevel>(level), x.data(), 2, w.view(), y.data(), nullptr);
+    for (float v : y) ASSERT_EQ(v, 0.0f);
+  }
+}
+
+}  // namespace
+}  // namespace tessera::kernels

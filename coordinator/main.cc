@@ -15,6 +15,7 @@
 #include "common/metrics/http_server.h"
 #include "common/metrics/process_collector.h"
 #include "common/model_config.h"
+#include "common/checkpoint_quantization.h"
 #include "common/quantization.h"
 #include "common/tokenizer/tokenizer.h"
 #include "coordinator/api/generation_service.h"
@@ -133,6 +134,17 @@ int main(int argc, char** argv) {
   if (!config.ok()) return Fail(std::string(config.status().message()));
   const auto weight_format = tessera::ParseWeightQuantization(quantization);
   if (!weight_format.ok()) return Fail(absl::StrCat("--quantization: ", weight_format.status().message()));
+  // A pre-quantized checkpoint (FP8, GPTQ/AWQ) is served as stored: --quantization on top
+  // of it is refused here, before any worker loads, and GetModelInfo and the metrics
+  // report the checkpoint's format instead of the flag.
+  const auto checkpoint_quantization = tessera::LoadCheckpointQuantizationName(model);
+  if (!checkpoint_quantization.ok()) return Fail(std::string(checkpoint_quantization.status().message()));
+  if (auto s = tessera::CheckLoadTimeQuantization(quantization, *checkpoint_quantization, model); !s.ok()) {
+    return Fail(absl::StrCat("--quantization: ", s.message()));
+  }
+  const std::string reported_quantization =
+      checkpoint_quantization->empty() ? std::string(tessera::WeightQuantizationName(*weight_format))
+                                       : *checkpoint_quantization;
   const auto kv_format = tessera::ParseKvCacheDType(kv_cache_dtype);
   if (!kv_format.ok()) return Fail(absl::StrCat("--kv-cache-dtype: ", kv_format.status().message()));
   const tessera::DType kv_dtype = tessera::ResolveKvCacheDType(*kv_format, config->torch_dtype);
@@ -172,8 +184,7 @@ int main(int argc, char** argv) {
   tessera::EngineMetrics metrics({std::filesystem::path(model).filename().string(),
                                   tessera::DTypeName(config->torch_dtype), static_cast<int>(block_size),
                                   static_cast<int>(tp), static_cast<int>(replicas),
-                                  std::string(tessera::WeightQuantizationName(*weight_format)),
-                                  kv_dtype_name, kv_bytes_per_token});
+                                  reported_quantization, kv_dtype_name, kv_bytes_per_token});
   eo.metrics = &metrics;
   tessera::Engine engine(tokenizer->get(), eo);
   engine.set_heartbeat_interval(std::chrono::milliseconds(heartbeat_ms));
@@ -217,8 +228,7 @@ int main(int argc, char** argv) {
   tessera::ModelDescription desc{std::filesystem::path(model).filename().string(),
                                  tessera::DTypeName(config->torch_dtype), static_cast<int>(tp),
                                  static_cast<int>(replicas), static_cast<int>(block_size),
-                                 std::string(tessera::WeightQuantizationName(*weight_format)),
-                                 kv_dtype_name, kv_bytes_per_token};
+                                 reported_quantization, kv_dtype_name, kv_bytes_per_token};
   tessera::GenerationServiceImpl api(&engine, tokenizer->get(), limits, desc);
   api.set_pending_workers([cluster = cluster->get()] { return cluster->PendingWorkers(); });
 

@@ -45,7 +45,8 @@ absl::StatusOr<std::optional<Int4QuantConfig>> ParseInt4QuantConfig(absl::string
   } else {
     return absl::UnimplementedError(absl::StrCat(
         source, ": quantization_config.quant_method \"", method,
-        "\" is not supported (Tessera reads \"gptq\" and \"awq\" 4-bit checkpoints)"));
+        "\" is not supported (Tessera reads \"gptq\" and \"awq\" 4-bit checkpoints, and FP8 "
+        "ones: \"fp8\", \"fbgemm_fp8\", \"compressed-tensors\")"));
   }
   // AWQ spells the fields w_bit / q_group_size in some writers; accept both spellings.
   auto int_field = [&](const char* a, const char* b, int fallback) -> absl::StatusOr<int> {

@@ -6,8 +6,10 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "common/checkpoint_quantization.h"
 #include "common/status_macros.h"
 #include "kernels/cpu/int8_blocked.h"
+#include "worker/fp8_checkpoint.h"
 #include "worker/int4_weights.h"
 #include "worker/weight_quantizer.h"
 
@@ -25,13 +27,14 @@ struct Part {
 class Loader {
  public:
   Loader(const Checkpoint& checkpoint, kernels::Backend* backend, int total,
-         const LoadProgress& progress, const Int4QuantConfig* int4,
+         const LoadProgress& progress, const Int4QuantConfig* int4, const Fp8QuantConfig* fp8,
          WeightQuantization quantization)
       : checkpoint_(checkpoint),
         backend_(backend),
         total_(total),
         progress_(progress),
         int4_(int4),
+        fp8_(fp8),
         quantization_(quantization) {}
 
   absl::Status CheckShape(const Part& part) {
@@ -45,8 +48,11 @@ class Loader {
     return absl::OkStatus();
   }
 
-  // A linear layer: quantized per row over this rank's slice when asked to.
+  // A linear layer: FP8 as the checkpoint stores it, or quantized over this rank's slice
+  // when asked to.
   absl::StatusOr<DeviceMatrix> Linear(const std::vector<Part>& parts) {
+    ASSIGN_OR_RETURN(const bool fp8, IsFp8(parts));
+    if (fp8) return Fp8(parts);
     if (quantization_ == WeightQuantization::kNone) return Matrix(parts);
     for (const Part& p : parts) RETURN_IF_ERROR(CheckShape(p));
     const int64_t cols = parts[0].cols.size();
@@ -63,7 +69,6 @@ class Loader {
     std::vector<uint8_t> quantized(staging.size());
     std::vector<float> scales(rows * QuantizedScalesPerRow(quantization_, cols));
     QuantizeRows(quantization_, staging.data(), rows, cols, quantized.data(), scales.data());
-    DeviceMatrix m;
     if (dtype == DType::kI8 &&
         backend_->Int8WeightLayout() == kernels::WeightLayout::kInt8Blocked16) {
       // Scales inside the packed matrix: one allocation.
@@ -73,6 +78,7 @@ class Loader {
       ASSIGN_OR_RETURN(DeviceBuffer buffer,
                        DeviceBuffer::Allocate(backend_, packed.size(), parts[0].name));
       backend_->CopyToDevice(buffer.get(), packed.data(), packed.size());
+      DeviceMatrix m;
       m.view = {buffer.get(), dtype, rows, cols};
       m.view.group_size = kInt8WeightGroup;
       m.view.layout = kernels::WeightLayout::kInt8Blocked16;
@@ -80,19 +86,24 @@ class Loader {
       Done(packed.size());
       return m;
     }
-    ASSIGN_OR_RETURN(DeviceBuffer buffer,
-                     DeviceBuffer::Allocate(backend_, quantized.size(), parts[0].name));
-    backend_->CopyToDevice(buffer.get(), quantized.data(), quantized.size());
-    const size_t scale_bytes = scales.size() * sizeof(float);
-    ASSIGN_OR_RETURN(DeviceBuffer scale_buffer,
-                     DeviceBuffer::Allocate(backend_, scale_bytes, parts[0].name + " scales"));
-    backend_->CopyToDevice(scale_buffer.get(), scales.data(), scale_bytes);
-    m.view = {buffer.get(), dtype, rows, cols, static_cast<const float*>(scale_buffer.get())};
-    if (dtype == DType::kI8) m.view.group_size = kInt8WeightGroup;
-    m.buffer = std::move(buffer);
-    m.scales = std::move(scale_buffer);
-    Done(quantized.size() + scale_bytes);
-    return m;
+    return Upload(parts[0].name, dtype, rows, cols, quantized, scales,
+                  dtype == DType::kI8 ? kInt8WeightGroup : 0);
+  }
+
+  // Stacks the FP8 row slices of `parts` with their scales: the scales follow their rows,
+  // so a fused q/k/v of per-tensor scales holds three runs of repeated values.
+  absl::StatusOr<DeviceMatrix> Fp8(const std::vector<Part>& parts) {
+    std::vector<uint8_t> data;
+    std::vector<float> scales;
+    const int64_t cols = parts[0].cols.size();
+    for (const Part& p : parts) {
+      ASSIGN_OR_RETURN(Fp8Matrix m, ReadFp8Linear(checkpoint_, ModuleOfWeight(p.name),
+                                                  p.full_shape[0], p.full_shape[1], p.rows, p.cols));
+      data.insert(data.end(), m.data.begin(), m.data.end());
+      scales.insert(scales.end(), m.scales.begin(), m.scales.end());
+    }
+    return Upload(parts[0].name, DType::kF8E4M3, static_cast<int64_t>(scales.size()), cols, data,
+                  scales);
   }
 
   // Stacks the row blocks of `parts` (all with the same column count) into one matrix in
@@ -103,6 +114,15 @@ class Loader {
     for (const Part& p : parts) RETURN_IF_ERROR(CheckShape(p));
     ASSIGN_OR_RETURN(const TensorInfo* first, checkpoint_.Info(parts[0].name));
     const DType dtype = first->dtype;
+    if (dtype == DType::kF8E4M3 || dtype == DType::kI8) {
+      // Without their scales these bytes mean nothing: only the linear layers of a
+      // checkpoint whose config.json announces FP8 carry them.
+      return absl::InvalidArgumentError(absl::StrCat(
+          checkpoint_.dir().string(), ": tensor ", parts[0].name, " is stored as ",
+          DTypeName(dtype), fp8_ == nullptr
+              ? ", but config.json has no FP8 quantization_config to give its scales"
+              : "; only linear layers (q/k/v/o, gate/up/down) may be FP8"));
+    }
     const int64_t cols = parts[0].cols.size();
     int64_t rows = 0;
     for (const Part& p : parts) rows += p.rows.size();
@@ -167,6 +187,42 @@ class Loader {
     return quantized != 0;
   }
 
+  // True when the parts are stored as FP8 (the dtype decides, see fp8_checkpoint.h). A
+  // fused matrix must not mix FP8 and unquantized layers.
+  absl::StatusOr<bool> IsFp8(const std::vector<Part>& parts) const {
+    if (fp8_ == nullptr) return false;
+    int quantized = 0;
+    for (const Part& p : parts) {
+      ASSIGN_OR_RETURN(const bool fp8, IsFp8Layer(checkpoint_, ModuleOfWeight(p.name)));
+      quantized += fp8 ? 1 : 0;
+    }
+    if (quantized != 0 && quantized != static_cast<int>(parts.size())) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          checkpoint_.dir().string(), ": ", parts[0].name,
+          " and the layers fused with it must be all FP8 or all unquantized"));
+    }
+    return quantized != 0;
+  }
+
+  // Puts a quantized [rows, cols] matrix and its per-row scales into backend memory.
+  absl::StatusOr<DeviceMatrix> Upload(const std::string& name, DType dtype, int64_t rows,
+                                      int64_t cols, const std::vector<uint8_t>& data,
+                                      const std::vector<float>& scales, int group_size = 0) {
+    ASSIGN_OR_RETURN(DeviceBuffer buffer, DeviceBuffer::Allocate(backend_, data.size(), name));
+    backend_->CopyToDevice(buffer.get(), data.data(), data.size());
+    const size_t scale_bytes = scales.size() * sizeof(float);
+    ASSIGN_OR_RETURN(DeviceBuffer scale_buffer,
+                     DeviceBuffer::Allocate(backend_, scale_bytes, name + " scales"));
+    backend_->CopyToDevice(scale_buffer.get(), scales.data(), scale_bytes);
+    DeviceMatrix m;
+    m.view = {buffer.get(), dtype, rows, cols, static_cast<const float*>(scale_buffer.get()),
+              group_size};
+    m.buffer = std::move(buffer);
+    m.scales = std::move(scale_buffer);
+    Done(data.size() + scale_bytes);
+    return m;
+  }
+
   absl::StatusOr<DeviceMatrix> Int4(const std::vector<Part>& parts) {
     std::vector<Int4Part> int4_parts;
     for (const Part& p : parts) {
@@ -189,6 +245,7 @@ class Loader {
   int total_;
   const LoadProgress& progress_;
   const Int4QuantConfig* int4_;  // Null: no GPTQ/AWQ quantization_config.
+  const Fp8QuantConfig* fp8_;    // Null: no FP8 quantization_config.
   const WeightQuantization quantization_;
   int done_ = 0;
   uint64_t bytes_ = 0;
@@ -207,11 +264,20 @@ absl::StatusOr<ModelWeights> LoadModelWeights(const Checkpoint& checkpoint,
   const Range q_rows{s.q_heads.begin * hd, s.q_heads.end * hd};
   const Range kv_rows{s.kv_heads.begin * hd, s.kv_heads.end * hd};
 
-  // GPTQ/AWQ checkpoints announce themselves in config.json (tests may load a folder
-  // without one: then there is nothing quantized to find).
+  // GPTQ/AWQ and FP8 checkpoints announce themselves in config.json (tests may load a
+  // folder without one: then there is nothing quantized to find). The FP8 parser answers
+  // nullopt for the methods it does not own; the 4-bit one refuses every other method.
   std::optional<Int4QuantConfig> int4;
+  std::optional<Fp8QuantConfig> fp8;
   if (std::filesystem::exists(checkpoint.dir() / "config.json")) {
-    ASSIGN_OR_RETURN(int4, LoadInt4QuantConfig(checkpoint.dir()));
+    ASSIGN_OR_RETURN(fp8, LoadFp8QuantConfig(checkpoint.dir()));
+    if (!fp8) {
+      ASSIGN_OR_RETURN(int4, LoadInt4QuantConfig(checkpoint.dir()));
+    }
+  }
+  if (fp8) {
+    RETURN_IF_ERROR(CheckLoadTimeQuantization(WeightQuantizationName(quantization), "fp8",
+                                              checkpoint.dir().string()));
   }
   if (int4 && backend->name() != "cpu") {
     return absl::UnimplementedError(absl::StrCat(
@@ -228,7 +294,8 @@ absl::StatusOr<ModelWeights> LoadModelWeights(const Checkpoint& checkpoint,
   w.tied = c.tie_word_embeddings || !checkpoint.Has("lm_head.weight");
   const int total = 2 + (w.tied ? 0 : 1) +
                     c.num_hidden_layers * (6 + (c.qkv_bias ? 1 : 0) + (c.o_bias ? 1 : 0));
-  Loader load(checkpoint, backend, total, progress, int4 ? &*int4 : nullptr, quantization);
+  Loader load(checkpoint, backend, total, progress, int4 ? &*int4 : nullptr,
+              fp8 ? &*fp8 : nullptr, quantization);
 
   ASSIGN_OR_RETURN(w.embed, load.Matrix({{"model.embed_tokens.weight", {vocab, h}, s.vocab, all_h}}));
   if (!w.tied) {

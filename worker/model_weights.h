@@ -61,6 +61,9 @@ using LoadProgress = std::function<void(int, int, uint64_t)>;
 // Int8WeightLayout) or FP8 (per-row scales); embedding and lm_head stay
 // in the checkpoint's dtype (as in vLLM: they hold few of the bytes a decode step reads
 // per layer, and the logits are the most sensitive). Norm weights become float.
+// Pre-quantized checkpoints (config.json's quantization_config) load their linear layers
+// as stored: GPTQ/AWQ as kU4, FP8 as kF8E4M3 with per-row scales (worker/fp8_checkpoint.h);
+// `quantization` other than kNone on such a checkpoint is INVALID_ARGUMENT.
 absl::StatusOr<ModelWeights> LoadModelWeights(const Checkpoint& checkpoint,
                                               const ModelConfig& config,
                                               const ShardLayout& layout,

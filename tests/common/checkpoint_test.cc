@@ -9,6 +9,7 @@
 
 #include "common/file_util.h"
 #include "common/model_config.h"
+#include "common/safetensors.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
@@ -338,6 +339,41 @@ TEST(CheckpointTest, GeneratorRejectsBadOptions) {
   EXPECT_EQ(big->hidden_size, 8192);
   EXPECT_EQ(PresetConfig("llama3-8b", 3)->num_hidden_layers, 3);
   EXPECT_TRUE(PresetConfig("llama-1b")->tie_word_embeddings);
+}
+
+}  // namespace
+}  // namespace tessera
+
+namespace tessera {
+namespace {
+
+// FP8 checkpoints store E4M3 bytes (F8_E4M3) and scalar scales (shape []): slices copy
+// the bytes as they are, or decode them exactly to float.
+TEST(CheckpointTest, ReadsF8E4M3SlicesAndScalarTensors) {
+  const auto dir = testing::ScratchDir("f8");
+  // 0x38 = 1.0, 0x40 = 2.0, 0xb8 = -1.0, 0x7e = 448, 0x01 = 2^-9, 0x00 = 0.
+  const std::string bytes = {'\x38', '\x40', '\xb8', '\x7e', '\x01', '\x00'};
+  const float scale = 0.5f;
+  SafetensorsWriter writer;
+  writer.AddBytes("w", DType::kF8E4M3, {2, 3}, bytes);
+  writer.AddBytes("s", DType::kF32, {}, std::string(reinterpret_cast<const char*>(&scale), 4));
+  ASSERT_TRUE(writer.Write(dir / "model.safetensors").ok());
+  auto ckpt = OpenOrDie(dir);
+  ASSERT_NE(ckpt, nullptr);
+  auto info = ckpt->Info("w");
+  ASSERT_TRUE(info.ok());
+  EXPECT_EQ((*info)->dtype, DType::kF8E4M3);
+  uint8_t raw[2] = {};
+  ASSERT_TRUE(ckpt->ReadSlice("w", {0, 2}, {1, 2}, DType::kF8E4M3, raw).ok());
+  EXPECT_EQ(raw[0], 0x40);
+  EXPECT_EQ(raw[1], 0x01);
+  float values[6] = {};
+  ASSERT_TRUE(ckpt->ReadAll("w", {2, 3}, DType::kF32, values).ok());
+  EXPECT_EQ(std::vector<float>(values, values + 6),
+            (std::vector<float>{1.0f, 2.0f, -1.0f, 448.0f, 1.0f / 512, 0.0f}));
+  float s = 0;
+  ASSERT_TRUE(ckpt->ReadSlice("s", {0, 1}, {0, 1}, DType::kF32, &s).ok());
+  EXPECT_EQ(s, 0.5f);
 }
 
 }  // namespace

@@ -1,5 +1,7 @@
 #include "common/quantization.h"
 
+#include "absl/strings/str_cat.h"
+#include "common/checkpoint_quantization.h"
 #include "gtest/gtest.h"
 
 namespace tessera {
@@ -28,6 +30,48 @@ TEST(QuantizationTest, AutoKvCacheKeepsTheModelsSixteenBitType) {
   EXPECT_EQ(ResolveKvCacheDType(KvCacheDType::kAuto, DType::kF16), DType::kBF16);
   EXPECT_EQ(ResolveKvCacheDType(KvCacheDType::kAuto, DType::kF32), DType::kF32);
   EXPECT_EQ(ResolveKvCacheDType(KvCacheDType::kFp8, DType::kF32), DType::kF8E4M3);
+}
+
+}  // namespace
+}  // namespace tessera
+
+
+namespace tessera {
+namespace {
+
+std::string NameOf(const std::string& quantization_config) {
+  auto name = CheckpointQuantizationName(
+      absl::StrCat("{\"hidden_size\": 64, \"quantization_config\": ", quantization_config, "}"),
+      "config.json");
+  EXPECT_TRUE(name.ok()) << name.status();
+  return name.ok() ? *name : "?";
+}
+
+TEST(CheckpointQuantizationTest, NamesWhatConfigJsonAnnounces) {
+  EXPECT_EQ(*CheckpointQuantizationName("{\"hidden_size\": 64}", "c"), "");
+  EXPECT_EQ(NameOf("null"), "");
+  EXPECT_EQ(NameOf(R"({"quant_method": "fp8", "activation_scheme": "dynamic"})"), "fp8");
+  EXPECT_EQ(NameOf(R"({"quant_method": "fbgemm_fp8", "modules_to_not_convert": ["lm_head"]})"), "fp8");
+  EXPECT_EQ(NameOf(R"({"quant_method": "compressed-tensors", "config_groups": {"group_0":
+                      {"weights": {"num_bits": 8, "type": "float", "strategy": "channel"}}}})"),
+            "fp8");
+  // An int8 compressed-tensors model is not FP8: named as its method (the worker refuses it).
+  EXPECT_EQ(NameOf(R"({"quant_method": "compressed-tensors", "config_groups": {"group_0":
+                      {"weights": {"num_bits": 8, "type": "int", "strategy": "channel"}}}})"),
+            "compressed-tensors");
+  EXPECT_EQ(NameOf(R"({"quant_method": "gptq", "bits": 4})"), "gptq");
+  EXPECT_EQ(NameOf(R"({"quant_method": "awq", "bits": 4})"), "awq");
+  EXPECT_FALSE(CheckpointQuantizationName("[1]", "c").ok());
+}
+
+TEST(CheckpointQuantizationTest, LoadTimeQuantizationOnlyOnUnquantizedCheckpoints) {
+  EXPECT_TRUE(CheckLoadTimeQuantization("int8", "", "m").ok());
+  EXPECT_TRUE(CheckLoadTimeQuantization("none", "fp8", "m").ok());
+  EXPECT_TRUE(CheckLoadTimeQuantization("", "gptq", "m").ok());
+  const absl::Status s = CheckLoadTimeQuantization("int8", "fp8", "/models/llama-fp8");
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(s.message().find("/models/llama-fp8 is already quantized (fp8"), std::string::npos) << s;
+  EXPECT_NE(s.message().find("--quantization int8"), std::string::npos) << s;
 }
 
 }  // namespace

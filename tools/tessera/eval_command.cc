@@ -19,6 +19,7 @@
 #include "common/flag_set.h"
 #include "common/model_config.h"
 #include "common/progress_line.h"
+#include "common/checkpoint_quantization.h"
 #include "common/quantization.h"
 #include "common/tokenizer/tokenizer.h"
 #include "kernels/backend.h"
@@ -196,6 +197,13 @@ int EvalMain(int argc, char** argv) {
   } else {
     return Fail(absl::StrCat("--kv-cache-dtype: ", d.status().message()));
   }
+  // A pre-quantized candidate (FP8, GPTQ/AWQ) is refused --quantization before the
+  // baseline runs, not after.
+  auto checkpoint_quantization = LoadCheckpointQuantizationName(f.model);
+  if (!checkpoint_quantization.ok()) return Fail(checkpoint_quantization.status().message());
+  if (auto s = CheckLoadTimeQuantization(f.quantization, *checkpoint_quantization, f.model); !s.ok()) {
+    return Fail(s.message());
+  }
 
   auto candidate_config = ModelConfig::Load(f.model);
   if (!candidate_config.ok()) return Fail(absl::StrCat("--model: ", candidate_config.status().message()));
@@ -233,6 +241,8 @@ int EvalMain(int argc, char** argv) {
   report["dataset"] = f.dataset;
   report["options"] = {
       {"quantization", std::string(WeightQuantizationName(candidate_options.quantization))},
+      // What the candidate's files hold ("fp8", "gptq", ...; "" for a float checkpoint).
+      {"checkpoint_quantization", *checkpoint_quantization},
       {"kv_cache_dtype", std::string(KvCacheDTypeName(candidate_options.kv_cache_dtype))},
       {"candidate_kv_cache_dtype", std::string(KvCacheDTypeName(ResolveKvCacheDType(
                                        candidate_options.kv_cache_dtype, candidate_config->torch_dtype)))},

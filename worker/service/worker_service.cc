@@ -5,6 +5,7 @@
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "common/checkpoint_quantization.h"
 #include "common/grpc_status.h"
 #include "common/status_macros.h"
 #include "worker/backend_factory.h"
@@ -226,7 +227,12 @@ grpc::Status WorkerServiceImpl::LoadShard(grpc::ServerContext*, const v1::LoadSh
   last.set_model_name(std::filesystem::path(request->model_dir()).filename().string());
   last.set_dtype(DTypeName(model_->config().torch_dtype));
   last.set_kv_cache_dtype(std::string(KvCacheDTypeName(model_->kv_cache_dtype())));
-  last.set_quantization(std::string(WeightQuantizationName(load_options.quantization)));
+  // A pre-quantized checkpoint reports its own format ("fp8", "gptq", ...): the load
+  // above refused --quantization on top of it.
+  auto stored = LoadCheckpointQuantizationName(request->model_dir());
+  last.set_quantization(stored.ok() && !stored->empty()
+                            ? *stored
+                            : std::string(WeightQuantizationName(load_options.quantization)));
   writer->Write(last);
   if (options_.metrics != nullptr) options_.metrics->ShardLoaded(last.model_name(), model_->weight_bytes());
   std::fprintf(stderr, "tessera-worker: loaded %s (%.1f MB of weights), room for %lld KV blocks\n",

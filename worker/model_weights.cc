@@ -195,11 +195,6 @@ absl::StatusOr<ModelWeights> LoadModelWeights(const Checkpoint& checkpoint,
   if (std::filesystem::exists(checkpoint.dir() / "config.json")) {
     ASSIGN_OR_RETURN(int4, LoadInt4QuantConfig(checkpoint.dir()));
   }
-  if (int4 && backend->name() != "cpu") {
-    return absl::UnimplementedError(absl::StrCat(
-        checkpoint.dir().string(), ": GPTQ/AWQ 4-bit checkpoints run on the cpu backend only, not ",
-        backend->name().data()));
-  }
   if (int4 && quantization != WeightQuantization::kNone) {
     return absl::InvalidArgumentError(absl::StrCat(
         checkpoint.dir().string(), " is already 4-bit quantized; --quantization ",

@@ -10,6 +10,10 @@
 namespace tessera::kernels {
 namespace {
 
+bool IsQuantized(DType dtype) {
+  return dtype == DType::kI8 || dtype == DType::kF8E4M3 || dtype == DType::kU4;
+}
+
 // 32 MiB: what cuBLASLt recommends on Hopper for its larger kernels.
 constexpr size_t kCublasWorkspaceBytes = size_t{32} << 20;
 
@@ -60,7 +64,7 @@ absl::StatusOr<std::unique_ptr<CudaBackend>> MakeCudaBackend(int device) {
 CudaBackend::~CudaBackend() {
   cudaStreamSynchronize(stream_);
   gemm_.reset();
-  for (Scratch* s : {&activations_, &attention_, &sampling_}) {
+  for (Scratch* s : {&activations_, &dequantized_, &attention_, &sampling_}) {
     if (s->data != nullptr) cudaFree(s->data);
   }
   cudaStreamDestroy(stream_);
@@ -173,20 +177,28 @@ void CudaBackend::Gemm(const float* x, int64_t m, MatrixView w, float* y) {
                "cudaMemsetAsync for a K=0 GEMM");
     return;
   }
-  if (w.dtype == DType::kI8 || w.dtype == DType::kF8E4M3) {
-    // Weight-only quantization: widen the bytes to BF16 (exact), reuse the BF16 GEMV /
-    // cuBLASLt paths, then apply the per-row scales to the output columns.
+  if (IsQuantized(w.dtype)) {
+    std::string error;
+    if (m <= gpu::kQuantizedGemvMaxRows) {
+      // Decode is bound by weight bytes: read the quantized bytes once, nothing widened.
+      RecordLaunch(gpu::LaunchQuantizedGemv(x, static_cast<int>(m), w, y, stream_, &error),
+                   error);
+      return;
+    }
+    // Prefill is bound by the GEMM: widen to BF16 (scales folded in) for cuBLASLt.
+    if (!gpu::CheckQuantizedWeights(w, "Gemm", &error)) {
+      RecordLaunch(false, error);
+      return;
+    }
     const size_t elements = static_cast<size_t>(w.rows * w.cols);
     void* widened = Ensure(dequantized_, elements * DTypeSize(DType::kBF16),
                            "dequantized GEMM weights");
     if (widened == nullptr) return;
-    std::string error;
-    if (!gpu::LaunchDequantizeToBf16(w.data, w.dtype, elements, widened, stream_, &error)) {
+    if (!gpu::LaunchDequantizeToBf16(w, widened, stream_, &error)) {
       RecordLaunch(false, error);
       return;
     }
     Gemm(x, m, MatrixView{widened, DType::kBF16, w.rows, w.cols}, y);
-    RecordLaunch(gpu::LaunchScaleColumns(y, w.scales, m, w.rows, stream_, &error), error);
     return;
   }
   if (w.dtype != DType::kF32 && m <= gpu::kGemvMaxRows) {

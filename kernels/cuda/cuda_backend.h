@@ -54,6 +54,8 @@ class CudaBackend final : public Backend {
   // m <= 8 with BF16/F16 weights: the GEMV kernel (activations stay float32). Otherwise
   // cuBLASLt: F32 exact, BF16/F16 after rounding the activations to the weight dtype
   // (falling back to the GEMV kernel, 8 rows at a time, if cuBLASLt has no algorithm).
+  // Quantized weights (kI8, kF8E4M3, kU4): m <= 8 the fused quantized GEMV on the bytes
+  // themselves; larger m widens them to BF16 in scratch (scales folded in) for cuBLASLt.
   void Gemm(const float* x, int64_t m, MatrixView w, float* y) override;
   void Rope(float* qkv, int n, int row_stride, const int32_t* positions, int num_q_heads,
             int num_kv_heads, int head_dim, const float* inv_freq,
@@ -101,7 +103,7 @@ class CudaBackend final : public Backend {
   cudaStream_t stream_;
   std::unique_ptr<CublasLtGemm> gemm_;
   Scratch activations_;  // GEMM inputs rounded to BF16/F16.
-  Scratch dequantized_;  // int8/FP8 weights widened to BF16 for one GEMM.
+  Scratch dequantized_;  // Quantized weights widened to BF16 for one prefill GEMM.
   Scratch attention_;    // Split-K partials.
   Scratch sampling_;     // Per-row sampling parameters.
   absl::Status first_error_;

@@ -1,6 +1,7 @@
-// Weight-only int8 / FP8 E4M3 GEMM of the CUDA backend (dequantize to BF16, BF16 GEMV or
-// cuBLASLt, per-row scale) against the CPU backend, plus the byte decoding the kernels
-// share with the host checked against common/dtype.h on every code (runs without a device).
+// Weight-only int8 / FP8 E4M3 GEMM of the CUDA backend against the CPU backend: the fused
+// decode GEMV (m <= 8, bytes read directly) and the prefill path (BF16 widening with the
+// scales folded in, then cuBLASLt), plus the byte decoding the kernels share with the host
+// checked against common/dtype.h on every code (runs without a device).
 #include <cmath>
 #include <cstdint>
 #include <random>
@@ -33,9 +34,12 @@ TEST(QuantizedValueTest, MatchesHostDecodingOnEveryByte) {
 
 class CudaQuantizedGemmTest : public CudaVsCpuTest {
  protected:
-  void Check(DType dtype, int64_t m, int64_t n, int64_t k) {
+  // `offset` bytes before the weights make their pointer unaligned (a slice at an odd
+  // offset), which must take the scalar path and still agree.
+  void Check(DType dtype, int64_t m, int64_t n, int64_t k, size_t offset = 0) {
     SCOPED_TRACE(std::string(DTypeName(dtype)) + " m=" + std::to_string(m) +
-                 " n=" + std::to_string(n) + " k=" + std::to_string(k));
+                 " n=" + std::to_string(n) + " k=" + std::to_string(k) +
+                 " offset=" + std::to_string(offset));
     std::mt19937 rng(static_cast<uint32_t>(m * 7919 + n * 31 + k));
     std::vector<uint8_t> q(n * k);
     for (uint8_t& b : q) {
@@ -48,23 +52,52 @@ class CudaQuantizedGemmTest : public CudaVsCpuTest {
     const std::vector<float> x = RandomFloats(m * k, 23);
     std::vector<float> expected(m * n);
     cpu_->Gemm(x.data(), m, MatrixView{q.data(), dtype, n, k, scales.data()}, expected.data());
-    DeviceArray<uint8_t> d_q(q);
+    std::vector<uint8_t> padded(offset, 0);
+    padded.insert(padded.end(), q.begin(), q.end());
+    DeviceArray<uint8_t> d_q(padded);
     DeviceArray<float> d_scales(scales), d_x(x), d_y(m * n);
-    cuda_->Gemm(d_x.get(), m, MatrixView{d_q.get(), dtype, n, k, d_scales.get()}, d_y.get());
+    cuda_->Gemm(d_x.get(), m, MatrixView{d_q.get() + offset, dtype, n, k, d_scales.get()},
+                d_y.get());
     cuda_->Synchronize();
     ASSERT_TRUE(cuda_->status().ok()) << cuda_->status();
-    // The weights are exact in BF16; cuBLASLt rounds the activations to BF16 (m > 8).
-    ExpectAllClose(d_y.ToHost(), expected, m > gpu::kGemvMaxRows ? 1e-2 : 1e-4, "gemm");
+    ExpectAllClose(d_y.ToHost(), expected, QuantizedGemmTolerance(m), "gemm");
   }
 };
 
 TEST_F(CudaQuantizedGemmTest, GemvAndCublasPathsAtAwkwardSizes) {
   for (DType dtype : {DType::kI8, DType::kF8E4M3}) {
-    for (int64_t m : {1, 2, 3, 5, 17, 64}) {
-      Check(dtype, m, 37, 100);
-      Check(dtype, m, 130, 1024);
+    // 1..8 cover the fused GEMV's one- and two-pass launches; 17 and 64 the prefill path.
+    for (int64_t m : {1, 2, 3, 4, 5, 8, 17, 64}) {
+      Check(dtype, m, 37, 100);   // k % 16 != 0: scalar path; 37 rows: a partial block.
+      Check(dtype, m, 130, 1024); // 128-bit loads.
+      Check(dtype, m, 67, 1000);  // k % 16 == 8: scalar path over a long row.
     }
   }
+}
+
+TEST_F(CudaQuantizedGemmTest, DecodeShapesAndUnalignedWeights) {
+  for (DType dtype : {DType::kI8, DType::kF8E4M3}) {
+    for (int64_t m : {1, 3, 8}) {
+      Check(dtype, m, 259, 4096);
+      Check(dtype, m, 45, 512, /*offset=*/4);  // Not 16-byte aligned: scalar path.
+    }
+  }
+}
+
+TEST(QuantizedGemvLauncherTest, RejectsWhatItCannotRunWithoutTouchingTheDevice) {
+  std::string error;
+  const float scale = 1.0f;
+  uint8_t byte = 0;
+  EXPECT_FALSE(gpu::LaunchQuantizedGemv(nullptr, gpu::kQuantizedGemvMaxRows + 1,
+                                        MatrixView{&byte, DType::kI8, 1, 1, &scale}, nullptr,
+                                        nullptr, &error));
+  EXPECT_NE(error.find("outside [1, 8]"), std::string::npos) << error;
+  EXPECT_FALSE(gpu::LaunchQuantizedGemv(nullptr, 1, MatrixView{&byte, DType::kBF16, 1, 1},
+                                        nullptr, nullptr, &error));
+  EXPECT_NE(error.find("not a quantized weight dtype"), std::string::npos) << error;
+  EXPECT_FALSE(gpu::LaunchQuantizedGemv(nullptr, 1, MatrixView{&byte, DType::kF8E4M3, 1, 1},
+                                        nullptr, nullptr, &error));
+  EXPECT_NE(error.find("without their row scales"), std::string::npos) << error;
 }
 
 }  // namespace

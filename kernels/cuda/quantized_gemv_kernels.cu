@@ -1,0 +1,362 @@
+// Fused weight-only GEMV for decode-sized batches: int8 / FP8 E4M3 weights with a scale per
+// row, and group-wise 4-bit (kU4) weights with a scale and zero per (row, group). The
+// quantized bytes are read once, straight from the weight matrix, with 128-bit loads;
+// nothing is widened into scratch, so a step moves 1 (int8/FP8) or ~0.56 (int4, group 128)
+// bytes per weight instead of the 5 that dequantize-then-BF16-GEMV costs.
+//
+// Layout of the work: each warp owns kRowsPerWarp consecutive output rows; lane l reads the
+// 16-byte chunks l, l + 32, ... of each of them (a warp-wide load is 512 contiguous bytes per
+// row), decodes them in registers and multiplies them with the matching activations, which
+// stay float32 and come through L1 (they are shared by every warp of the block and every
+// block of the SM). FP32 accumulation; the row scale is applied once to the warp's sum, the
+// int4 group scale once per 32-column chunk (a chunk never straddles a group on this path).
+//
+// Why at most four activation rows per pass: per weight the kernel does the decode plus m
+// FMAs, and reads m activation floats from L1 for every kRowsPerWarp weights. On H100/H200
+// (about 7 FP32 instructions and 7 L1 bytes per HBM byte per SM) that stays under the
+// weight-byte time up to m ~ 4; larger decode batches (5..8) take two passes, which reads
+// the weights twice but still moves 2-4x fewer bytes than widening them to BF16.
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_fp8.h>
+
+#include <string>
+
+#include "kernels/cuda/device_util.cuh"
+#include "kernels/cuda/launchers.h"
+#include "kernels/cuda/quantized_value.h"
+
+namespace tessera::kernels::gpu {
+namespace {
+
+constexpr int kThreads = 128;
+constexpr int kRowsPerWarp = 4;
+constexpr int kRowsPerBlock = (kThreads / 32) * kRowsPerWarp;
+constexpr int kPassRows = 4;  // Activation rows per kernel launch (see above).
+
+// 2^23: the float whose bits are 0x4B000000 | n (n < 2^23) is exactly 2^23 + n, so an
+// integer code becomes a float with one logic op and one subtraction (no I2F, which runs at
+// a quarter of the FMA rate).
+constexpr float kMagic = 8388608.0f;
+constexpr uint32_t kMagicBits = 0x4B000000u;
+
+// ---- Row-scaled bytes: four codes per 32-bit word, column order = byte order.
+template <DType D>
+struct ByteCodec;
+
+template <>
+struct ByteCodec<DType::kI8> {
+  __device__ __forceinline__ static void Decode(uint32_t word, float* f) {
+    const uint32_t biased = word ^ 0x80808080u;  // Each byte b + 128, now unsigned.
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      // Bytes (low first): code i, 0, 0, 0x4B.
+      f[i] = __uint_as_float(__byte_perm(biased, kMagicBits, 0x7440u | i)) - (kMagic + 128.0f);
+    }
+  }
+  __device__ __forceinline__ static float Value(uint8_t b) { return quantized::Int8Value(b); }
+};
+
+template <>
+struct ByteCodec<DType::kF8E4M3> {
+  // Every E4M3 value (NaN included) is exact in FP16; sm_89+ converts a pair per instruction.
+  __device__ __forceinline__ static void Decode(uint32_t word, float* f) {
+#pragma unroll
+    for (int j = 0; j < 2; ++j) {
+      const __half2_raw raw = __nv_cvt_fp8x2_to_halfraw2(
+          static_cast<__nv_fp8x2_storage_t>(word >> (16 * j)), __NV_E4M3);
+      const float2 v = __half22float2(__half2(raw));
+      f[2 * j] = v.x;
+      f[2 * j + 1] = v.y;
+    }
+  }
+  __device__ __forceinline__ static float Value(uint8_t b) { return quantized::Fp8E4M3Value(b); }
+};
+
+__device__ __forceinline__ uint32_t Word(const uint4& v, int t) {
+  return t == 0 ? v.x : t == 1 ? v.y : t == 2 ? v.z : v.w;
+}
+
+// y[mm * n + r] = scales[r] * sum_c x[mm * k + c] * value(w[r * k + c]) for mm < M.
+// kVector: k % 16 == 0 and w, x 16-byte aligned.
+template <DType D, int M, bool kVector>
+__global__ void __launch_bounds__(kThreads)
+    RowScaledGemvKernel(const float* __restrict__ x,       // [M, k]
+                        const uint8_t* __restrict__ w,     // [n, k]
+                        const float* __restrict__ scales,  // [n]
+                        int64_t n, int64_t k,
+                        float* __restrict__ y) {           // [M, n]
+  const int warp = threadIdx.x / 32;
+  const int lane = threadIdx.x % 32;
+  const int64_t row0 =
+      (static_cast<int64_t>(blockIdx.x) * (kThreads / 32) + warp) * kRowsPerWarp;
+  if (row0 >= n) return;  // Whole warps only: no block-level synchronisation below.
+  // Rows past the end re-read the last row (cheap, in L1) and are never stored.
+  const uint8_t* rows[kRowsPerWarp];
+#pragma unroll
+  for (int r = 0; r < kRowsPerWarp; ++r) rows[r] = w + min(row0 + r, n - 1) * k;
+
+  float acc[M][kRowsPerWarp];
+#pragma unroll
+  for (int mm = 0; mm < M; ++mm) {
+#pragma unroll
+    for (int r = 0; r < kRowsPerWarp; ++r) acc[mm][r] = 0.0f;
+  }
+
+  if constexpr (kVector) {
+    const int64_t chunks = k / 16;
+#pragma unroll 2
+    for (int64_t c = lane; c < chunks; c += 32) {
+      uint4 raw[kRowsPerWarp];
+#pragma unroll
+      for (int r = 0; r < kRowsPerWarp; ++r) {
+        raw[r] = __ldg(reinterpret_cast<const uint4*>(rows[r]) + c);
+      }
+#pragma unroll
+      for (int t = 0; t < 4; ++t) {
+        float wf[kRowsPerWarp][4];
+#pragma unroll
+        for (int r = 0; r < kRowsPerWarp; ++r) ByteCodec<D>::Decode(Word(raw[r], t), wf[r]);
+#pragma unroll
+        for (int mm = 0; mm < M; ++mm) {
+          const float4 xv = __ldg(reinterpret_cast<const float4*>(x + mm * k) + 4 * c + t);
+#pragma unroll
+          for (int r = 0; r < kRowsPerWarp; ++r) {
+            float a = acc[mm][r];
+            a = fmaf(wf[r][0], xv.x, a);
+            a = fmaf(wf[r][1], xv.y, a);
+            a = fmaf(wf[r][2], xv.z, a);
+            a = fmaf(wf[r][3], xv.w, a);
+            acc[mm][r] = a;
+          }
+        }
+      }
+    }
+  } else {
+    for (int64_t kk = lane; kk < k; kk += 32) {
+      float wf[kRowsPerWarp];
+#pragma unroll
+      for (int r = 0; r < kRowsPerWarp; ++r) wf[r] = ByteCodec<D>::Value(rows[r][kk]);
+#pragma unroll
+      for (int mm = 0; mm < M; ++mm) {
+        const float xv = x[mm * k + kk];
+#pragma unroll
+        for (int r = 0; r < kRowsPerWarp; ++r) acc[mm][r] = fmaf(wf[r], xv, acc[mm][r]);
+      }
+    }
+  }
+
+#pragma unroll
+  for (int mm = 0; mm < M; ++mm) {
+#pragma unroll
+    for (int r = 0; r < kRowsPerWarp; ++r) {
+      const float total = WarpSum(acc[mm][r]);
+      if (lane == 0 && row0 + r < n) y[mm * n + row0 + r] = scales[row0 + r] * total;
+    }
+  }
+}
+
+// One 16-byte chunk (32 columns, one group) of kRowsPerWarp int4 rows against M activation
+// rows: part[mm][r] += sum over the chunk of (q - z[r]) * x. kExactZero: every zm[r] is
+// exactly 2^23 + z[r] (integer zeros, as GPTQ and AWQ store), so (2^23 + q) - zm is q - z
+// with a single exact subtraction; otherwise two, the second rounding like the CPU's q - z.
+template <int M, bool kExactZero>
+__device__ __forceinline__ void Int4Chunk(const uint4 (&raw)[kRowsPerWarp],
+                                          const float (&z)[kRowsPerWarp],
+                                          const float (&zm)[kRowsPerWarp],
+                                          const float* __restrict__ x, int64_t k, int64_t col0,
+                                          float (&part)[M][kRowsPerWarp]) {
+#pragma unroll
+  for (int t = 0; t < 4; ++t) {  // Word t: columns col0 + 8t .. + 7, low nibble first.
+    float wf[kRowsPerWarp][8];
+#pragma unroll
+    for (int r = 0; r < kRowsPerWarp; ++r) {
+      const uint32_t word = Word(raw[r], t);
+#pragma unroll
+      for (int i = 0; i < 8; ++i) {
+        const float biased = __uint_as_float(((word >> (4 * i)) & 0xfu) | kMagicBits);
+        wf[r][i] = kExactZero ? biased - zm[r] : (biased - kMagic) - z[r];
+      }
+    }
+#pragma unroll
+    for (int mm = 0; mm < M; ++mm) {
+      const float4* xp = reinterpret_cast<const float4*>(x + mm * k + col0 + 8 * t);
+      const float4 a = __ldg(xp);
+      const float4 b = __ldg(xp + 1);
+      const float xv[8] = {a.x, a.y, a.z, a.w, b.x, b.y, b.z, b.w};
+#pragma unroll
+      for (int r = 0; r < kRowsPerWarp; ++r) {
+        float p = part[mm][r];
+#pragma unroll
+        for (int i = 0; i < 8; ++i) p = fmaf(wf[r][i], xv[i], p);
+        part[mm][r] = p;
+      }
+    }
+  }
+}
+
+// y[mm * n + r] = sum_c x[mm * k + c] * s[r][g] * (q[r][c] - z[r][g]), g = c / group.
+// kVector: group % 32 == 0 and w, x 16-byte aligned.
+template <int M, bool kVector>
+__global__ void __launch_bounds__(kThreads)
+    Int4GemvKernel(const float* __restrict__ x,       // [M, k]
+                   const uint8_t* __restrict__ w,     // [n, k / 2], low nibble = even column
+                   const float* __restrict__ scales,  // [n, k / group]
+                   const float* __restrict__ zeros,   // [n, k / group]
+                   int64_t n, int64_t k, int group,
+                   float* __restrict__ y) {           // [M, n]
+  const int warp = threadIdx.x / 32;
+  const int lane = threadIdx.x % 32;
+  const int64_t row0 =
+      (static_cast<int64_t>(blockIdx.x) * (kThreads / 32) + warp) * kRowsPerWarp;
+  if (row0 >= n) return;
+  const int64_t groups = k / group;
+  const int64_t row_bytes = k / 2;
+  int64_t rows[kRowsPerWarp];
+#pragma unroll
+  for (int r = 0; r < kRowsPerWarp; ++r) rows[r] = min(row0 + r, n - 1);
+
+  float acc[M][kRowsPerWarp];
+#pragma unroll
+  for (int mm = 0; mm < M; ++mm) {
+#pragma unroll
+    for (int r = 0; r < kRowsPerWarp; ++r) acc[mm][r] = 0.0f;
+  }
+
+  if constexpr (kVector) {
+    const int64_t chunks = k / 32;
+    for (int64_t c = lane; c < chunks; c += 32) {
+      const int64_t g = c * 32 / group;
+      uint4 raw[kRowsPerWarp];
+      float s[kRowsPerWarp], z[kRowsPerWarp], zm[kRowsPerWarp];
+      bool exact = true;
+#pragma unroll
+      for (int r = 0; r < kRowsPerWarp; ++r) {
+        raw[r] = __ldg(reinterpret_cast<const uint4*>(w + rows[r] * row_bytes) + c);
+        s[r] = __ldg(scales + rows[r] * groups + g);
+        z[r] = __ldg(zeros + rows[r] * groups + g);
+        zm[r] = kMagic + z[r];
+        exact = exact && zm[r] - kMagic == z[r];
+      }
+      float part[M][kRowsPerWarp];
+#pragma unroll
+      for (int mm = 0; mm < M; ++mm) {
+#pragma unroll
+        for (int r = 0; r < kRowsPerWarp; ++r) part[mm][r] = 0.0f;
+      }
+      if (exact) {
+        Int4Chunk<M, true>(raw, z, zm, x, k, c * 32, part);
+      } else {
+        Int4Chunk<M, false>(raw, z, zm, x, k, c * 32, part);
+      }
+#pragma unroll
+      for (int mm = 0; mm < M; ++mm) {
+#pragma unroll
+        for (int r = 0; r < kRowsPerWarp; ++r) acc[mm][r] = fmaf(s[r], part[mm][r], acc[mm][r]);
+      }
+    }
+  } else {
+    // Any even group (odd widths, groups not a multiple of 32) or unaligned pointers: one
+    // nibble per lane per row, the CPU's s * (q - z) per weight. Slow, but correct.
+    for (int64_t kk = lane; kk < k; kk += 32) {
+      const int64_t g = kk / group;
+      float wf[kRowsPerWarp];
+#pragma unroll
+      for (int r = 0; r < kRowsPerWarp; ++r) {
+        const uint8_t b = w[rows[r] * row_bytes + kk / 2];
+        const float q = static_cast<float>((b >> (4 * (kk & 1))) & 0xf);
+        wf[r] = scales[rows[r] * groups + g] * (q - zeros[rows[r] * groups + g]);
+      }
+#pragma unroll
+      for (int mm = 0; mm < M; ++mm) {
+        const float xv = x[mm * k + kk];
+#pragma unroll
+        for (int r = 0; r < kRowsPerWarp; ++r) acc[mm][r] = fmaf(wf[r], xv, acc[mm][r]);
+      }
+    }
+  }
+
+#pragma unroll
+  for (int mm = 0; mm < M; ++mm) {
+#pragma unroll
+    for (int r = 0; r < kRowsPerWarp; ++r) {
+      const float total = WarpSum(acc[mm][r]);
+      if (lane == 0 && row0 + r < n) y[mm * n + row0 + r] = total;
+    }
+  }
+}
+
+// One pass of 1..kPassRows activation rows.
+template <int M>
+void LaunchPass(const float* x, const MatrixView& w, int group, bool vector, float* y,
+                cudaStream_t stream) {
+  const unsigned grid = static_cast<unsigned>((w.rows + kRowsPerBlock - 1) / kRowsPerBlock);
+  const auto* bytes = static_cast<const uint8_t*>(w.data);
+  switch (w.dtype) {
+    case DType::kI8:
+      if (vector) {
+        RowScaledGemvKernel<DType::kI8, M, true>
+            <<<grid, kThreads, 0, stream>>>(x, bytes, w.scales, w.rows, w.cols, y);
+      } else {
+        RowScaledGemvKernel<DType::kI8, M, false>
+            <<<grid, kThreads, 0, stream>>>(x, bytes, w.scales, w.rows, w.cols, y);
+      }
+      break;
+    case DType::kF8E4M3:
+      if (vector) {
+        RowScaledGemvKernel<DType::kF8E4M3, M, true>
+            <<<grid, kThreads, 0, stream>>>(x, bytes, w.scales, w.rows, w.cols, y);
+      } else {
+        RowScaledGemvKernel<DType::kF8E4M3, M, false>
+            <<<grid, kThreads, 0, stream>>>(x, bytes, w.scales, w.rows, w.cols, y);
+      }
+      break;
+    default:  // kU4; the launcher has checked the dtype.
+      if (vector) {
+        Int4GemvKernel<M, true><<<grid, kThreads, 0, stream>>>(x, bytes, w.scales, w.zeros,
+                                                               w.rows, w.cols, group, y);
+      } else {
+        Int4GemvKernel<M, false><<<grid, kThreads, 0, stream>>>(x, bytes, w.scales, w.zeros,
+                                                                w.rows, w.cols, group, y);
+      }
+      break;
+  }
+}
+
+bool Aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
+
+}  // namespace
+
+bool LaunchQuantizedGemv(const float* x, int m, MatrixView w, float* y, cudaStream_t stream,
+                         std::string* error) {
+  if (m < 1 || m > kQuantizedGemvMaxRows) {
+    return Fail(error, "QuantizedGemv: m " + std::to_string(m) + " outside [1, " +
+                           std::to_string(kQuantizedGemvMaxRows) + "]");
+  }
+  if (!CheckQuantizedWeights(w, "QuantizedGemv", error)) return false;
+  if (w.rows <= 0) return true;
+  if (w.cols <= 0) {
+    return Fail(error, "QuantizedGemv: K = 0 (the backend clears y itself)");
+  }
+  if ((w.rows + kRowsPerBlock - 1) / kRowsPerBlock > 0x7fffffff) {
+    return Fail(error, "QuantizedGemv: " + std::to_string(w.rows) + " output rows exceed the grid");
+  }
+  const int group = QuantizedGroupSize(w);
+  const bool aligned = Aligned16(w.data) && Aligned16(x);
+  const bool vector = aligned && (w.dtype == DType::kU4 ? group % 32 == 0 : w.cols % 16 == 0);
+  for (int done = 0; done < m; done += kPassRows) {
+    const int rows = m - done < kPassRows ? m - done : kPassRows;
+    const float* xp = x + static_cast<int64_t>(done) * w.cols;
+    float* yp = y + static_cast<int64_t>(done) * w.rows;
+    switch (rows) {
+      case 1: LaunchPass<1>(xp, w, group, vector, yp, stream); break;
+      case 2: LaunchPass<2>(xp, w, group, vector, yp, stream); break;
+      case 3: LaunchPass<3>(xp, w, group, vector, yp, stream); break;
+      default: LaunchPass<4>(xp, w, group, vector, yp, stream); break;
+    }
+    if (!CheckLaunch("QuantizedGemv", error)) return false;
+  }
+  return true;
+}
+
+}  // namespace tessera::kernels::gpu

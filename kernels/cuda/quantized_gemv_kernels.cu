@@ -4,12 +4,15 @@
 // nothing is widened into scratch, so a step moves 1 (int8/FP8) or ~0.56 (int4, group 128)
 // bytes per weight instead of the 5 that dequantize-then-BF16-GEMV costs.
 //
-// Layout of the work: each warp owns kRowsPerWarp consecutive output rows; lane l reads the
-// 16-byte chunks l, l + 32, ... of each of them (a warp-wide load is 512 contiguous bytes per
-// row), decodes them in registers and multiplies them with the matching activations, which
-// stay float32 and come through L1 (they are shared by every warp of the block and every
-// block of the SM). FP32 accumulation; the row scale is applied once to the warp's sum, the
-// int4 group scale once per 32-column chunk (a chunk never straddles a group on this path).
+// Layout of the work: `splits` warps (1, 2 or 4) share kRowsPerWarp consecutive output
+// rows; lane l of split s reads the 16-byte chunks 32 s + l, + 32 splits, ... of each of
+// them (a warp-wide load is 512 contiguous bytes per row), decodes them in registers and
+// multiplies them with the matching activations, which stay float32 and come through L1
+// (shared by every warp of the SM). Splitting K over warps keeps enough loads in flight
+// when a matrix has few rows (Llama-3.2-1B's o and down, tensor-parallel slices), where a
+// warp per row group would leave SMs nearly idle. FP32 accumulation; the row scale is
+// applied once to the reduced sum, the int4 group scale once per 32-column chunk (a chunk
+// never straddles a group on this path).
 //
 // Why at most four activation rows per pass: per weight the kernel does the decode plus m
 // FMAs, and reads m activation floats from L1 for every kRowsPerWarp weights. On H100/H200
@@ -30,8 +33,8 @@ namespace tessera::kernels::gpu {
 namespace {
 
 constexpr int kThreads = 128;
+constexpr int kWarps = kThreads / 32;
 constexpr int kRowsPerWarp = 4;
-constexpr int kRowsPerBlock = (kThreads / 32) * kRowsPerWarp;
 constexpr int kPassRows = 4;  // Activation rows per kernel launch (see above).
 
 // 2^23: the float whose bits are 0x4B000000 | n (n < 2^23) is exactly 2^23 + n, so an
@@ -77,24 +80,72 @@ __device__ __forceinline__ uint32_t Word(const uint4& v, int t) {
   return t == 0 ? v.x : t == 1 ? v.y : t == 2 ? v.z : v.w;
 }
 
+// Which rows and which K items (chunks or columns) a warp takes: `splits` consecutive warps
+// of the block share one group of kRowsPerWarp rows.
+struct WarpWork {
+  int64_t row0;   // First row of the group; >= n for warps past the end.
+  int64_t first;  // First item of this lane; items first, first + stride, ...
+  int64_t stride;
+  int split;      // Index of this warp within its group.
+};
+
+__device__ __forceinline__ WarpWork AssignWork(int splits) {
+  const int warp = threadIdx.x / 32;
+  const int lane = threadIdx.x % 32;
+  WarpWork work;
+  work.split = warp % splits;
+  work.row0 = (static_cast<int64_t>(blockIdx.x) * (kWarps / splits) + warp / splits) *
+              kRowsPerWarp;
+  work.first = static_cast<int64_t>(work.split) * 32 + lane;
+  work.stride = static_cast<int64_t>(splits) * 32;
+  return work;
+}
+
+// Sums acc over the lanes and the `splits` warps of each group, then the first warp of the
+// group stores y[mm * n + row0 + r] = scale(row) * sum for rows < n. Every thread of the
+// block must call it (it synchronises).
+template <int M, typename Scale>
+__device__ __forceinline__ void ReduceAndStore(const float (&acc)[M][kRowsPerWarp],
+                                               const WarpWork& work, int splits, int64_t n,
+                                               Scale scale, float* __restrict__ y) {
+  __shared__ float partial[kWarps][M][kRowsPerWarp];
+  const int warp = threadIdx.x / 32;
+  const int lane = threadIdx.x % 32;
+#pragma unroll
+  for (int mm = 0; mm < M; ++mm) {
+#pragma unroll
+    for (int r = 0; r < kRowsPerWarp; ++r) {
+      const float total = WarpSum(acc[mm][r]);
+      if (lane == 0) partial[warp][mm][r] = total;
+    }
+  }
+  __syncthreads();
+  static_assert(M * kRowsPerWarp <= 32, "one lane per (activation row, weight row)");
+  if (work.split != 0 || lane >= M * kRowsPerWarp) return;
+  const int mm = lane / kRowsPerWarp;
+  const int r = lane % kRowsPerWarp;
+  if (work.row0 + r >= n) return;
+  float total = 0.0f;
+  for (int s = 0; s < splits; ++s) total += partial[warp + s][mm][r];
+  y[mm * n + work.row0 + r] = scale(work.row0 + r) * total;
+}
+
 // y[mm * n + r] = scales[r] * sum_c x[mm * k + c] * value(w[r * k + c]) for mm < M.
-// kVector: k % 16 == 0 and w, x 16-byte aligned.
+// kVector: k % 16 == 0 and w, x 16-byte aligned; items are 16-byte chunks, else columns.
 template <DType D, int M, bool kVector>
 __global__ void __launch_bounds__(kThreads)
     RowScaledGemvKernel(const float* __restrict__ x,       // [M, k]
                         const uint8_t* __restrict__ w,     // [n, k]
                         const float* __restrict__ scales,  // [n]
-                        int64_t n, int64_t k,
+                        int64_t n, int64_t k, int splits,
                         float* __restrict__ y) {           // [M, n]
-  const int warp = threadIdx.x / 32;
-  const int lane = threadIdx.x % 32;
-  const int64_t row0 =
-      (static_cast<int64_t>(blockIdx.x) * (kThreads / 32) + warp) * kRowsPerWarp;
-  if (row0 >= n) return;  // Whole warps only: no block-level synchronisation below.
-  // Rows past the end re-read the last row (cheap, in L1) and are never stored.
+  const WarpWork work = AssignWork(splits);
+  // Rows past the end re-read the last row (cheap, in L1) and are never stored; warps past
+  // the last group skip the loop but still join the block's reduction.
   const uint8_t* rows[kRowsPerWarp];
 #pragma unroll
-  for (int r = 0; r < kRowsPerWarp; ++r) rows[r] = w + min(row0 + r, n - 1) * k;
+  for (int r = 0; r < kRowsPerWarp; ++r) rows[r] = w + min(work.row0 + r, n - 1) * k;
+  const int64_t end = work.row0 < n ? (kVector ? k / 16 : k) : 0;
 
   float acc[M][kRowsPerWarp];
 #pragma unroll
@@ -104,9 +155,8 @@ __global__ void __launch_bounds__(kThreads)
   }
 
   if constexpr (kVector) {
-    const int64_t chunks = k / 16;
 #pragma unroll 2
-    for (int64_t c = lane; c < chunks; c += 32) {
+    for (int64_t c = work.first; c < end; c += work.stride) {
       uint4 raw[kRowsPerWarp];
 #pragma unroll
       for (int r = 0; r < kRowsPerWarp; ++r) {
@@ -133,7 +183,7 @@ __global__ void __launch_bounds__(kThreads)
       }
     }
   } else {
-    for (int64_t kk = lane; kk < k; kk += 32) {
+    for (int64_t kk = work.first; kk < end; kk += work.stride) {
       float wf[kRowsPerWarp];
 #pragma unroll
       for (int r = 0; r < kRowsPerWarp; ++r) wf[r] = ByteCodec<D>::Value(rows[r][kk]);
@@ -145,15 +195,7 @@ __global__ void __launch_bounds__(kThreads)
       }
     }
   }
-
-#pragma unroll
-  for (int mm = 0; mm < M; ++mm) {
-#pragma unroll
-    for (int r = 0; r < kRowsPerWarp; ++r) {
-      const float total = WarpSum(acc[mm][r]);
-      if (lane == 0 && row0 + r < n) y[mm * n + row0 + r] = scales[row0 + r] * total;
-    }
-  }
+  ReduceAndStore<M>(acc, work, splits, n, [scales](int64_t row) { return scales[row]; }, y);
 }
 
 // One 16-byte chunk (32 columns, one group) of kRowsPerWarp int4 rows against M activation
@@ -196,25 +238,23 @@ __device__ __forceinline__ void Int4Chunk(const uint4 (&raw)[kRowsPerWarp],
 }
 
 // y[mm * n + r] = sum_c x[mm * k + c] * s[r][g] * (q[r][c] - z[r][g]), g = c / group.
-// kVector: group % 32 == 0 and w, x 16-byte aligned.
+// kVector: group % 32 == 0 and w, x 16-byte aligned; items are 16-byte chunks (32 columns),
+// else columns.
 template <int M, bool kVector>
 __global__ void __launch_bounds__(kThreads)
     Int4GemvKernel(const float* __restrict__ x,       // [M, k]
                    const uint8_t* __restrict__ w,     // [n, k / 2], low nibble = even column
                    const float* __restrict__ scales,  // [n, k / group]
                    const float* __restrict__ zeros,   // [n, k / group]
-                   int64_t n, int64_t k, int group,
+                   int64_t n, int64_t k, int group, int splits,
                    float* __restrict__ y) {           // [M, n]
-  const int warp = threadIdx.x / 32;
-  const int lane = threadIdx.x % 32;
-  const int64_t row0 =
-      (static_cast<int64_t>(blockIdx.x) * (kThreads / 32) + warp) * kRowsPerWarp;
-  if (row0 >= n) return;
+  const WarpWork work = AssignWork(splits);
   const int64_t groups = k / group;
   const int64_t row_bytes = k / 2;
   int64_t rows[kRowsPerWarp];
 #pragma unroll
-  for (int r = 0; r < kRowsPerWarp; ++r) rows[r] = min(row0 + r, n - 1);
+  for (int r = 0; r < kRowsPerWarp; ++r) rows[r] = min(work.row0 + r, n - 1);
+  const int64_t end = work.row0 < n ? (kVector ? k / 32 : k) : 0;
 
   float acc[M][kRowsPerWarp];
 #pragma unroll
@@ -224,8 +264,7 @@ __global__ void __launch_bounds__(kThreads)
   }
 
   if constexpr (kVector) {
-    const int64_t chunks = k / 32;
-    for (int64_t c = lane; c < chunks; c += 32) {
+    for (int64_t c = work.first; c < end; c += work.stride) {
       const int64_t g = c * 32 / group;
       uint4 raw[kRowsPerWarp];
       float s[kRowsPerWarp], z[kRowsPerWarp], zm[kRowsPerWarp];
@@ -258,7 +297,7 @@ __global__ void __launch_bounds__(kThreads)
   } else {
     // Any even group (odd widths, groups not a multiple of 32) or unaligned pointers: one
     // nibble per lane per row, the CPU's s * (q - z) per weight. Slow, but correct.
-    for (int64_t kk = lane; kk < k; kk += 32) {
+    for (int64_t kk = work.first; kk < end; kk += work.stride) {
       const int64_t g = kk / group;
       float wf[kRowsPerWarp];
 #pragma unroll
@@ -275,49 +314,53 @@ __global__ void __launch_bounds__(kThreads)
       }
     }
   }
+  ReduceAndStore<M>(acc, work, splits, n, [](int64_t) { return 1.0f; }, y);
+}
 
-#pragma unroll
-  for (int mm = 0; mm < M; ++mm) {
-#pragma unroll
-    for (int r = 0; r < kRowsPerWarp; ++r) {
-      const float total = WarpSum(acc[mm][r]);
-      if (lane == 0 && row0 + r < n) y[mm * n + row0 + r] = total;
-    }
-  }
+// Warps sharing a row group: enough for one 16-byte item per lane (fewer leave lanes idle),
+// at most the block's four; a power of two, so groups never straddle blocks.
+int SplitsFor(int64_t items) {
+  if (items >= 4 * 32) return 4;
+  if (items >= 2 * 32) return 2;
+  return 1;
 }
 
 // One pass of 1..kPassRows activation rows.
 template <int M>
 void LaunchPass(const float* x, const MatrixView& w, int group, bool vector, float* y,
                 cudaStream_t stream) {
-  const unsigned grid = static_cast<unsigned>((w.rows + kRowsPerBlock - 1) / kRowsPerBlock);
+  // Scalar paths count 16 columns as an item, like a 16-byte chunk of int8.
+  const int64_t items = vector && w.dtype == DType::kU4 ? w.cols / 32 : w.cols / 16;
+  const int splits = SplitsFor(items);
+  const int64_t rows_per_block = static_cast<int64_t>(kWarps / splits) * kRowsPerWarp;
+  const unsigned grid = static_cast<unsigned>((w.rows + rows_per_block - 1) / rows_per_block);
   const auto* bytes = static_cast<const uint8_t*>(w.data);
   switch (w.dtype) {
     case DType::kI8:
       if (vector) {
         RowScaledGemvKernel<DType::kI8, M, true>
-            <<<grid, kThreads, 0, stream>>>(x, bytes, w.scales, w.rows, w.cols, y);
+            <<<grid, kThreads, 0, stream>>>(x, bytes, w.scales, w.rows, w.cols, splits, y);
       } else {
         RowScaledGemvKernel<DType::kI8, M, false>
-            <<<grid, kThreads, 0, stream>>>(x, bytes, w.scales, w.rows, w.cols, y);
+            <<<grid, kThreads, 0, stream>>>(x, bytes, w.scales, w.rows, w.cols, splits, y);
       }
       break;
     case DType::kF8E4M3:
       if (vector) {
         RowScaledGemvKernel<DType::kF8E4M3, M, true>
-            <<<grid, kThreads, 0, stream>>>(x, bytes, w.scales, w.rows, w.cols, y);
+            <<<grid, kThreads, 0, stream>>>(x, bytes, w.scales, w.rows, w.cols, splits, y);
       } else {
         RowScaledGemvKernel<DType::kF8E4M3, M, false>
-            <<<grid, kThreads, 0, stream>>>(x, bytes, w.scales, w.rows, w.cols, y);
+            <<<grid, kThreads, 0, stream>>>(x, bytes, w.scales, w.rows, w.cols, splits, y);
       }
       break;
     default:  // kU4; the launcher has checked the dtype.
       if (vector) {
-        Int4GemvKernel<M, true><<<grid, kThreads, 0, stream>>>(x, bytes, w.scales, w.zeros,
-                                                               w.rows, w.cols, group, y);
+        Int4GemvKernel<M, true><<<grid, kThreads, 0, stream>>>(
+            x, bytes, w.scales, w.zeros, w.rows, w.cols, group, splits, y);
       } else {
-        Int4GemvKernel<M, false><<<grid, kThreads, 0, stream>>>(x, bytes, w.scales, w.zeros,
-                                                                w.rows, w.cols, group, y);
+        Int4GemvKernel<M, false><<<grid, kThreads, 0, stream>>>(
+            x, bytes, w.scales, w.zeros, w.rows, w.cols, group, splits, y);
       }
       break;
   }
@@ -338,7 +381,7 @@ bool LaunchQuantizedGemv(const float* x, int m, MatrixView w, float* y, cudaStre
   if (w.cols <= 0) {
     return Fail(error, "QuantizedGemv: K = 0 (the backend clears y itself)");
   }
-  if ((w.rows + kRowsPerBlock - 1) / kRowsPerBlock > 0x7fffffff) {
+  if ((w.rows + kRowsPerWarp - 1) / kRowsPerWarp > 0x7fffffff) {
     return Fail(error, "QuantizedGemv: " + std::to_string(w.rows) + " output rows exceed the grid");
   }
   const int group = QuantizedGroupSize(w);

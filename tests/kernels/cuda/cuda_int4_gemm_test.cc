@@ -66,6 +66,7 @@ TEST_F(CudaInt4GemmTest, VectorPathGroupsOf128AndWholeRows) {
     Check(m, {.n = 130, .k = 1024, .group_size = 128});
     Check(m, {.n = 67, .k = 1024, .group_size = 0});    // One group per row.
     Check(m, {.n = 19, .k = 96, .group_size = 32});     // Fewer chunks than lanes.
+    Check(m, {.n = 50, .k = 2048, .group_size = 128});  // Two warps per row group.
   }
 }
 
@@ -73,6 +74,7 @@ TEST_F(CudaInt4GemmTest, ScalarPathOddGroupsWidthsAndAlignment) {
   for (int64_t m : {1, 3, 8, 33}) {
     Check(m, {.n = 33, .k = 200, .group_size = 40});  // Group not a multiple of 32.
     Check(m, {.n = 20, .k = 1000, .group_size = 0});  // Whole row of 1000 (1000 % 32 = 8).
+    Check(m, {.n = 21, .k = 2056, .group_size = 0});  // Scalar, four warps per row group.
     Check(m, {.n = 45, .k = 512, .group_size = 128, .offset = 2});  // Unaligned codes.
   }
 }
@@ -80,7 +82,7 @@ TEST_F(CudaInt4GemmTest, ScalarPathOddGroupsWidthsAndAlignment) {
 TEST_F(CudaInt4GemmTest, FractionalZerosAndDecodeShapes) {
   for (int64_t m : {1, 3, 8}) {
     Check(m, {.n = 70, .k = 512, .group_size = 64, .fractional_zeros = true});
-    Check(m, {.n = 259, .k = 4096, .group_size = 128});
+    Check(m, {.n = 259, .k = 4096, .group_size = 128});  // Four warps per row group.
     Check(m, {.n = 96, .k = 4096, .group_size = 0});
   }
   Check(200, {.n = 259, .k = 4096, .group_size = 128});

@@ -68,9 +68,11 @@ TEST_F(CudaQuantizedGemmTest, GemvAndCublasPathsAtAwkwardSizes) {
   for (DType dtype : {DType::kI8, DType::kF8E4M3}) {
     // 1..8 cover the fused GEMV's one- and two-pass launches; 17 and 64 the prefill path.
     for (int64_t m : {1, 2, 3, 4, 5, 8, 17, 64}) {
-      Check(dtype, m, 37, 100);   // k % 16 != 0: scalar path; 37 rows: a partial block.
-      Check(dtype, m, 130, 1024); // 128-bit loads.
+      // Rows never fill the last block; the K splits over warps (1, 2 or 4, from K) vary.
+      Check(dtype, m, 37, 100);   // k % 16 != 0: scalar path, one warp per row group.
+      Check(dtype, m, 130, 1024); // 128-bit loads, two warps per row group.
       Check(dtype, m, 67, 1000);  // k % 16 == 8: scalar path over a long row.
+      Check(dtype, m, 45, 2056);  // Scalar path, four warps per row group.
     }
   }
 }
@@ -78,7 +80,7 @@ TEST_F(CudaQuantizedGemmTest, GemvAndCublasPathsAtAwkwardSizes) {
 TEST_F(CudaQuantizedGemmTest, DecodeShapesAndUnalignedWeights) {
   for (DType dtype : {DType::kI8, DType::kF8E4M3}) {
     for (int64_t m : {1, 3, 8}) {
-      Check(dtype, m, 259, 4096);
+      Check(dtype, m, 259, 4096);  // Four warps per row group.
       Check(dtype, m, 45, 512, /*offset=*/4);  // Not 16-byte aligned: scalar path.
     }
   }

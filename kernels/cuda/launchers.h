@@ -72,6 +72,18 @@ bool LaunchQuantizedGemv(const float* x, int m, MatrixView w, float* y, cudaStre
 bool LaunchDequantizeToBf16(const MatrixView& w, void* out, cudaStream_t stream,
                             std::string* error);
 
+// ---- FP8 activations for the FP8 x FP8 prefill GEMM (fp8_activation_kernels.cu).
+// Device bytes LaunchQuantizeActivationsFp8 needs for n activations.
+size_t Fp8ActivationWorkspaceBytes(size_t n);
+// Quantizes x [n] to E4M3 with one dynamic scale, amax / 448, all on the device: *out gets
+// the codes and *scale the device float scale, both inside `workspace`.
+bool LaunchQuantizeActivationsFp8(const float* x, size_t n, void* workspace, void** out,
+                                  float** scale, cudaStream_t stream, std::string* error);
+// y[i][j] *= col_scales[j] * *tensor_scale for y [m, n]; col_scales and tensor_scale are
+// device memory (the weights' row scales and the activations' scale).
+bool LaunchScaleColumns(float* y, const float* col_scales, const float* tensor_scale, int64_t m,
+                        int64_t n, cudaStream_t stream, std::string* error);
+
 // ---- Paged attention (attention_kernels.cu). Supported head_dim: 8, 16, 32, 64, 128.
 // Both kernels honour batch.sliding_window (see AttentionBatch).
 bool AttentionHeadDimSupported(int head_dim);

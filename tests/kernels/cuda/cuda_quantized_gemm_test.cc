@@ -86,6 +86,45 @@ TEST_F(CudaQuantizedGemmTest, DecodeShapesAndUnalignedWeights) {
   }
 }
 
+// FP8 weights x FP8 activations (dynamic per-tensor scale) on the tensor cores, against the
+// CPU's float activations. Tolerance: E4M3 keeps 3 mantissa bits, so each activation is off
+// by up to 2^-4 (6 %) relative, ~1.8 % rms for uniform data; over k products that averages
+// to ~2 % of the output's rms, and 0.1 of (|expected| + rms) stays clear of it for the
+// largest of thousands of outputs. A wrong scale or layout is off by far more.
+TEST_F(CudaQuantizedGemmTest, Fp8ActivationsOnTensorCores) {
+  if (!cuda_->fp8_tensor_cores()) GTEST_SKIP() << "FP8 tensor cores need sm_89 or newer";
+  cuda_->set_fp8_activations(true);
+  struct Shape {
+    int64_t m, n, k;
+  };
+  for (const Shape& s : {Shape{64, 130, 1024}, Shape{200, 259, 4096}, Shape{17, 48, 2048}}) {
+    SCOPED_TRACE("m=" + std::to_string(s.m) + " n=" + std::to_string(s.n) +
+                 " k=" + std::to_string(s.k));
+    const int64_t before = cuda_->fp8_gemms();
+    const std::vector<float> values = RandomFloats(s.n * s.k, 41);
+    std::vector<uint8_t> q(s.n * s.k);
+    ConvertFromF32(values.data(), values.size(), DType::kF8E4M3, q.data());
+    std::vector<float> scales(s.n);
+    for (int64_t r = 0; r < s.n; ++r) scales[r] = 0.01f * (1 + r % 5);
+    const std::vector<float> x = RandomFloats(s.m * s.k, 43, -3.0f, 3.0f);
+    std::vector<float> expected(s.m * s.n);
+    cpu_->Gemm(x.data(), s.m, MatrixView{q.data(), DType::kF8E4M3, s.n, s.k, scales.data()},
+               expected.data());
+    DeviceArray<uint8_t> d_q(q);
+    DeviceArray<float> d_scales(scales), d_x(x), d_y(s.m * s.n);
+    cuda_->Gemm(d_x.get(), s.m, MatrixView{d_q.get(), DType::kF8E4M3, s.n, s.k, d_scales.get()},
+                d_y.get());
+    cuda_->Synchronize();
+    ASSERT_TRUE(cuda_->status().ok()) << cuda_->status();
+    EXPECT_EQ(cuda_->fp8_gemms(), before + 1) << "the FP8 x FP8 path did not run";
+    ExpectAllClose(d_y.ToHost(), expected, 0.1, "fp8 x fp8 gemm");
+  }
+  // K % 16 != 0 has no FP8 algorithm: the BF16 path, at its own tolerance.
+  const int64_t before = cuda_->fp8_gemms();
+  Check(DType::kF8E4M3, 33, 40, 100);
+  EXPECT_EQ(cuda_->fp8_gemms(), before);
+}
+
 TEST(QuantizedGemvLauncherTest, RejectsWhatItCannotRunWithoutTouchingTheDevice) {
   std::string error;
   const float scale = 1.0f;

@@ -295,6 +295,11 @@ int Main(int argc, char** argv) {
   if (!quantized.ok()) Die(std::string(quantized.status().message()));
   result["quantized_gemv"] = *std::move(quantized);
   result["hbm_peak_bytes_per_s"] = HbmPeakBytesPerSecond(o.device);
+  if (o.prefill > 0) {
+    absl::StatusOr<Json> prefill = RunQuantizedPrefillBench(be, o.prefill, o.iters, gemm_rate);
+    if (!prefill.ok()) Die(std::string(prefill.status().message()));
+    result["quantized_prefill"] = *std::move(prefill);
+  }
 
   if (!o.out.empty()) {
     const std::filesystem::path path(o.out);

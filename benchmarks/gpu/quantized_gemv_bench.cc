@@ -198,4 +198,98 @@ absl::StatusOr<nlohmann::json> RunQuantizedGemvBench(kernels::CudaBackend& backe
   return out;
 }
 
+absl::StatusOr<nlohmann::json> RunQuantizedPrefillBench(kernels::CudaBackend& backend,
+                                                        int tokens, int iters,
+                                                        double bf16_gemm_flop_per_s) {
+  cudaStream_t stream = backend.stream();
+  const LayerShape& shape = kShapes[1];  // Llama-3-8B.
+  const int64_t h = shape.hidden;
+  const int64_t dims[4][2] = {{shape.qkv_rows, h}, {h, h}, {2 * shape.inter, h},
+                              {h, shape.inter}};
+  double layer_flop = 0;
+  for (const auto& d : dims) layer_flop += 2.0 * tokens * d[0] * d[1];
+  std::printf("\nquantized prefill GEMM, %s layer, m = %d\n", shape.model, tokens);
+  std::printf("%-14s %10s %10s %10s\n", "weights", "layer ms", "TFLOP/s", "of BF16");
+  float* x = nullptr;
+  float* y = nullptr;
+  const int64_t max_k = shape.inter;
+  const int64_t max_n = 2 * shape.inter;
+  if (absl::Status s = CudaOk(cudaMalloc(&x, tokens * max_k * sizeof(float)), "cudaMalloc x");
+      !s.ok()) {
+    return s;
+  }
+  if (absl::Status s = CudaOk(cudaMalloc(&y, tokens * max_n * sizeof(float)), "cudaMalloc y");
+      !s.ok()) {
+    cudaFree(x);
+    return s;
+  }
+  FillRandom(x, tokens * max_k, DType::kF32, 1.0f, 98, stream);
+  nlohmann::json out = nlohmann::json::array();
+  absl::Status status;
+  struct Variant {
+    DType dtype;
+    bool fp8_activations;
+    const char* name;
+  };
+  for (const Variant& v : {Variant{DType::kBF16, false, "BF16"}, Variant{DType::kI8, false, "I8"},
+                           Variant{DType::kF8E4M3, false, "F8_E4M3"},
+                           Variant{DType::kU4, false, "U4 g128"},
+                           Variant{DType::kF8E4M3, true, "F8 x F8"}}) {
+    if (v.fp8_activations && !backend.fp8_tensor_cores()) continue;
+    std::vector<DeviceWeight> layer;
+    for (const auto& d : dims) {
+      absl::StatusOr<DeviceWeight> w = MakeWeight(v.dtype, d[0], d[1], 77 + layer.size(), stream);
+      if (!w.ok()) {
+        status = w.status();
+        break;
+      }
+      layer.push_back(*w);
+    }
+    if (status.ok()) {
+      backend.set_fp8_activations(v.fp8_activations);
+      const int64_t fp8_before = backend.fp8_gemms();
+      auto run_layer = [&] {
+        for (const DeviceWeight& w : layer) backend.Gemm(x, tokens, w.view, y);
+      };
+      run_layer();  // Warm-up: scratch buffers, cuBLASLt plans.
+      cudaEvent_t start, stop;
+      cudaEventCreate(&start);
+      cudaEventCreate(&stop);
+      cudaEventRecord(start, stream);
+      for (int i = 0; i < iters; ++i) run_layer();
+      cudaEventRecord(stop, stream);
+      cudaEventSynchronize(stop);
+      float ms = 0;
+      cudaEventElapsedTime(&ms, start, stop);
+      cudaEventDestroy(start);
+      cudaEventDestroy(stop);
+      backend.set_fp8_activations(false);
+      if (!backend.status().ok()) {
+        status = backend.status();
+      } else {
+        const double layer_ms = ms / iters;
+        const double rate = layer_flop / (layer_ms * 1e-3);
+        // Whether every FP8 x FP8 GEMM really ran on the FP8 path (else it fell back).
+        const bool fp8_ran = backend.fp8_gemms() - fp8_before == 4 * (iters + 1);
+        out.push_back({{"model", shape.model},
+                       {"weights", v.name},
+                       {"m", tokens},
+                       {"layer_ms", layer_ms},
+                       {"flop_per_s", rate},
+                       {"fraction_of_bf16_gemm_rate", rate / bf16_gemm_flop_per_s},
+                       {"fp8_tensor_core_path", v.fp8_activations && fp8_ran}});
+        std::printf("%-14s %10.3f %10.1f %9.1f%%%s\n", v.name, layer_ms, rate / 1e12,
+                    100.0 * rate / bf16_gemm_flop_per_s,
+                    v.fp8_activations && !fp8_ran ? "  (fell back to BF16)" : "");
+      }
+    }
+    for (DeviceWeight& w : layer) FreeWeight(w);
+    if (!status.ok()) break;
+  }
+  cudaFree(x);
+  cudaFree(y);
+  if (!status.ok()) return status;
+  return out;
+}
+
 }  // namespace tessera::bench

@@ -17,6 +17,14 @@ namespace tessera::bench {
 absl::StatusOr<nlohmann::json> RunQuantizedGemvBench(kernels::CudaBackend& backend, int iters,
                                                      double copy_bytes_per_s);
 
+// Prefill-sized GEMMs (m = `tokens`) at one Llama-3-8B layer's four matrices with BF16, int8,
+// FP8 and int4 weights (widened to BF16 in scratch, then cuBLASLt) and FP8 weights x FP8
+// activations (the tensor-core path, where the device has one): FLOP per second and the
+// fraction of `bf16_gemm_flop_per_s`. Prints a table, returns one JSON object per row.
+absl::StatusOr<nlohmann::json> RunQuantizedPrefillBench(kernels::CudaBackend& backend,
+                                                        int tokens, int iters,
+                                                        double bf16_gemm_flop_per_s);
+
 // 2 * memory clock * bus width / 8 (DDR), or 0 when the device does not report them.
 double HbmPeakBytesPerSecond(int device);
 

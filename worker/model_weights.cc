@@ -279,11 +279,6 @@ absl::StatusOr<ModelWeights> LoadModelWeights(const Checkpoint& checkpoint,
     RETURN_IF_ERROR(CheckLoadTimeQuantization(WeightQuantizationName(quantization), "fp8",
                                               checkpoint.dir().string()));
   }
-  if (int4 && backend->name() != "cpu") {
-    return absl::UnimplementedError(absl::StrCat(
-        checkpoint.dir().string(), ": GPTQ/AWQ 4-bit checkpoints run on the cpu backend only, not ",
-        backend->name().data()));
-  }
   if (int4 && quantization != WeightQuantization::kNone) {
     return absl::InvalidArgumentError(absl::StrCat(
         checkpoint.dir().string(), " is already 4-bit quantized; --quantization ",

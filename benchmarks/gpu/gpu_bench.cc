@@ -1,6 +1,7 @@
-// gpu_bench: device ceilings (copy bandwidth, cuBLASLt BF16 GEMM rate) and a Llama-3-8B
+// gpu_bench: device ceilings (copy bandwidth, cuBLASLt BF16 GEMM rate), a Llama-3-8B
 // shaped forward step through the CUDA backend (decode at several batch sizes, one long
-// prefill), reported against those ceilings. Writes JSON to --out and a table to stdout.
+// prefill), and decode GEMVs with quantized weights, reported against those ceilings.
+// Writes JSON to --out and a table to stdout.
 #include <cuda_runtime.h>
 
 #include <chrono>
@@ -16,6 +17,7 @@
 #include "absl/strings/str_split.h"
 #include "benchmarks/gpu/fill_random.h"
 #include "benchmarks/gpu/llama_step.h"
+#include "benchmarks/gpu/quantized_gemv_bench.h"
 #include "kernels/cuda/cublaslt_gemm.h"
 #include "kernels/cuda/cuda_backend.h"
 #include "nlohmann/json.hpp"
@@ -288,6 +290,16 @@ int Main(int argc, char** argv) {
                 t->attention_ms, attn_flop / (t->attention_ms * 1e-3) / 1e12);
   }
   model->reset();
+
+  absl::StatusOr<Json> quantized = RunQuantizedGemvBench(be, o.iters, copy_bw);
+  if (!quantized.ok()) Die(std::string(quantized.status().message()));
+  result["quantized_gemv"] = *std::move(quantized);
+  result["hbm_peak_bytes_per_s"] = HbmPeakBytesPerSecond(o.device);
+  if (o.prefill > 0) {
+    absl::StatusOr<Json> prefill = RunQuantizedPrefillBench(be, o.prefill, o.iters, gemm_rate);
+    if (!prefill.ok()) Die(std::string(prefill.status().message()));
+    result["quantized_prefill"] = *std::move(prefill);
+  }
 
   if (!o.out.empty()) {
     const std::filesystem::path path(o.out);

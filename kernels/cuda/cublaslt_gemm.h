@@ -17,7 +17,9 @@ namespace tessera::kernels {
 
 // y[m, n] (float32) = x[m, k] * w[n, k]^T through cuBLASLt, both inputs row-major of the
 // same dtype. F32 uses CUBLAS_COMPUTE_32F without TF32, so it matches the CPU to float
-// rounding; BF16/F16 inputs accumulate in float32 and write float32.
+// rounding; BF16/F16 inputs accumulate in float32 and write float32. F8_E4M3 inputs
+// (sm_89+, k % 16 == 0, 16-byte aligned; otherwise no algorithm, UNIMPLEMENTED) use the
+// FP8 tensor cores with their precise (not fast) accumulation and no scales of their own.
 // Plans (descriptors + heuristic algorithm) are cached per shape, dtype and pointer
 // alignment, since a decode step issues the same few shapes hundreds of times.
 // Not thread-safe: one per backend, used from the backend's thread.

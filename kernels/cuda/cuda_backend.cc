@@ -10,6 +10,10 @@
 namespace tessera::kernels {
 namespace {
 
+bool IsQuantized(DType dtype) {
+  return dtype == DType::kI8 || dtype == DType::kF8E4M3 || dtype == DType::kU4;
+}
+
 // 32 MiB: what cuBLASLt recommends on Hopper for its larger kernels.
 constexpr size_t kCublasWorkspaceBytes = size_t{32} << 20;
 
@@ -50,7 +54,16 @@ absl::StatusOr<std::unique_ptr<CudaBackend>> CudaBackend::Create(int device) {
     cudaStreamDestroy(stream);
     return gemm.status();
   }
-  return std::unique_ptr<CudaBackend>(new CudaBackend(device, stream, *std::move(gemm)));
+  int major = 0;
+  int minor = 0;
+  if (cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device) != cudaSuccess ||
+      cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, device) != cudaSuccess) {
+    cudaGetLastError();
+    major = minor = 0;  // Unknown: no FP8 tensor-core path.
+  }
+  const bool fp8_tensor_cores = major > 8 || (major == 8 && minor >= 9);
+  return std::unique_ptr<CudaBackend>(
+      new CudaBackend(device, stream, *std::move(gemm), fp8_tensor_cores));
 }
 
 absl::StatusOr<std::unique_ptr<CudaBackend>> MakeCudaBackend(int device) {
@@ -60,7 +73,7 @@ absl::StatusOr<std::unique_ptr<CudaBackend>> MakeCudaBackend(int device) {
 CudaBackend::~CudaBackend() {
   cudaStreamSynchronize(stream_);
   gemm_.reset();
-  for (Scratch* s : {&activations_, &attention_, &sampling_}) {
+  for (Scratch* s : {&activations_, &dequantized_, &attention_, &sampling_, &fp8_inputs_}) {
     if (s->data != nullptr) cudaFree(s->data);
   }
   cudaStreamDestroy(stream_);
@@ -173,28 +186,32 @@ void CudaBackend::Gemm(const float* x, int64_t m, MatrixView w, float* y) {
                "cudaMemsetAsync for a K=0 GEMM");
     return;
   }
-  if (w.dtype == DType::kI8 || w.dtype == DType::kF8E4M3) {
-    // Weight-only quantization: widen the bytes to BF16 (exact), reuse the BF16 GEMV /
-    // cuBLASLt paths, then apply the per-row scales to the output columns.
+  if (IsQuantized(w.dtype)) {
+    std::string error;
+    if (m <= gpu::kQuantizedGemvMaxRows) {
+      // Decode is bound by weight bytes: read the quantized bytes once, nothing widened.
+      RecordLaunch(gpu::LaunchQuantizedGemv(x, static_cast<int>(m), w, y, stream_, &error),
+                   error);
+      return;
+    }
+    if (!gpu::CheckQuantizedWeights(w, "Gemm", &error)) {
+      RecordLaunch(false, error);
+      return;
+    }
+    if (fp8_activations_ && fp8_tensor_cores_ && w.dtype == DType::kF8E4M3 &&
+        GemmFp8Activations(x, m, w, y)) {
+      return;
+    }
+    // Prefill is bound by the GEMM: widen to BF16 (scales folded in) for cuBLASLt.
     const size_t elements = static_cast<size_t>(w.rows * w.cols);
     void* widened = Ensure(dequantized_, elements * DTypeSize(DType::kBF16),
                            "dequantized GEMM weights");
     if (widened == nullptr) return;
-    std::string error;
-    if (w.dtype == DType::kI8 && w.group_size > 0) {
-      RecordLaunch(gpu::LaunchDequantizeGroupedInt8ToBf16(w.data, w.scales, w.rows, w.cols,
-                                                          w.group_size, widened, stream_,
-                                                          &error),
-                   error);
-      Gemm(x, m, MatrixView{widened, DType::kBF16, w.rows, w.cols}, y);
-      return;
-    }
-    if (!gpu::LaunchDequantizeToBf16(w.data, w.dtype, elements, widened, stream_, &error)) {
+    if (!gpu::LaunchDequantizeToBf16(w, widened, stream_, &error)) {
       RecordLaunch(false, error);
       return;
     }
     Gemm(x, m, MatrixView{widened, DType::kBF16, w.rows, w.cols}, y);
-    RecordLaunch(gpu::LaunchScaleColumns(y, w.scales, m, w.rows, stream_, &error), error);
     return;
   }
   if (w.dtype != DType::kF32 && m <= gpu::kGemvMaxRows) {
@@ -234,6 +251,39 @@ void CudaBackend::Gemm(const float* x, int64_t m, MatrixView w, float* y) {
     return;
   }
   Record(std::move(status));
+}
+
+bool CudaBackend::GemmFp8Activations(const float* x, int64_t m, const MatrixView& w,
+                                     float* y) {
+  const size_t elements = static_cast<size_t>(m * w.cols);
+  void* workspace = Ensure(fp8_inputs_, gpu::Fp8ActivationWorkspaceBytes(elements),
+                           "FP8 GEMM activations");
+  if (workspace == nullptr) return true;  // Recorded; nothing more to run.
+  std::string error;
+  void* codes = nullptr;
+  float* x_scale = nullptr;
+  if (!gpu::LaunchQuantizeActivationsFp8(x, elements, workspace, &codes, &x_scale, stream_,
+                                         &error)) {
+    RecordLaunch(false, error);
+    return true;
+  }
+  // cuBLASLt's own per-tensor scales would cover the activations but not the weights'
+  // per-row scales, so both are applied in one pass over y afterwards.
+  absl::Status status = gemm_->Matmul(codes, w.data, DType::kF8E4M3, m, w.rows, w.cols, y,
+                                      stream_);
+  if (!status.ok()) {
+    // No FP8 algorithm for this shape or alignment (cuBLASLt reports some of those as
+    // errors, not as an empty heuristic): like the BF16 fallback below, take the next path.
+    if (!absl::IsUnimplemented(status) && !warned_fp8_fallback_) {
+      warned_fp8_fallback_ = true;
+      std::fprintf(stderr, "tessera cuda backend: %s; using the BF16 GEMM\n",
+                   std::string(status.message()).c_str());
+    }
+    return false;  // The quantized activations go unused.
+  }
+  RecordLaunch(gpu::LaunchScaleColumns(y, w.scales, x_scale, m, w.rows, stream_, &error), error);
+  ++fp8_gemms_;
+  return true;
 }
 
 void CudaBackend::Rope(float* qkv, int n, int row_stride, const int32_t* positions,

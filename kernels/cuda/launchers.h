@@ -48,17 +48,41 @@ constexpr int kGemvMaxRows = 8;
 bool LaunchGemv(const float* x, int m, MatrixView w, float* y, cudaStream_t stream,
                 std::string* error);
 
-// ---- Weight-only int8 / FP8 E4M3 weights (quantized_gemm_kernels.cu).
-// out[i] = BF16 of the value of byte q[i] (kI8 or kF8E4M3), before its row scale; exact.
-bool LaunchDequantizeToBf16(const void* q, DType dtype, size_t n, void* out,
-                            cudaStream_t stream, std::string* error);
-// out [rows, cols] BF16 = scales[r][c / group_size] * q[r][c] for int8 q with group scales.
-bool LaunchDequantizeGroupedInt8ToBf16(const void* q, const float* scales, int64_t rows,
-                                       int64_t cols, int group_size, void* out,
-                                       cudaStream_t stream, std::string* error);
-// y[i][j] *= scales[j] for y [m, n]: the per-output-channel scales of the weight rows.
-bool LaunchScaleColumns(float* y, const float* scales, int64_t m, int64_t n,
-                        cudaStream_t stream, std::string* error);
+// ---- Weight-only quantized weights: kI8 / kF8E4M3 with a scale per row, kU4 with a scale
+// and zero per (row, group); see MatrixView.
+// The columns sharing a kU4 scale: group_size, or the whole row when it is 0.
+inline int QuantizedGroupSize(const MatrixView& w) {
+  return w.group_size > 0 ? w.group_size : static_cast<int>(w.cols);
+}
+// True when `w` is a quantized dtype with what its decoding needs (scales; kU4: zeros and an
+// even group size dividing the columns); else false with a message prefixed by `what`.
+bool CheckQuantizedWeights(const MatrixView& w, const char* what, std::string* error);
+
+// Fused decode GEMV (quantized_gemv_kernels.cu): y[m, w.rows] = x[m, w.cols] * w^T for
+// 1 <= m <= kQuantizedGemvMaxRows, reading the quantized bytes directly (no scratch),
+// x float32, float32 accumulation. 128-bit weight loads when the pointers are 16-byte
+// aligned and w.cols % 16 == 0 (kI8/kF8E4M3) or group % 32 == 0 (kU4); a scalar path
+// otherwise. w.cols must be positive.
+constexpr int kQuantizedGemvMaxRows = 8;
+bool LaunchQuantizedGemv(const float* x, int m, MatrixView w, float* y, cudaStream_t stream,
+                         std::string* error);
+
+// Prefill (quantized_gemm_kernels.cu): out [w.rows, w.cols] = BF16(w[r][c]), the scale (and
+// zero) applied in float32 and rounded once, ready for the BF16 GEMM.
+bool LaunchDequantizeToBf16(const MatrixView& w, void* out, cudaStream_t stream,
+                            std::string* error);
+
+// ---- FP8 activations for the FP8 x FP8 prefill GEMM (fp8_activation_kernels.cu).
+// Device bytes LaunchQuantizeActivationsFp8 needs for n activations.
+size_t Fp8ActivationWorkspaceBytes(size_t n);
+// Quantizes x [n] to E4M3 with one dynamic scale, amax / 448, all on the device: *out gets
+// the codes and *scale the device float scale, both inside `workspace`.
+bool LaunchQuantizeActivationsFp8(const float* x, size_t n, void* workspace, void** out,
+                                  float** scale, cudaStream_t stream, std::string* error);
+// y[i][j] *= col_scales[j] * *tensor_scale for y [m, n]; col_scales and tensor_scale are
+// device memory (the weights' row scales and the activations' scale).
+bool LaunchScaleColumns(float* y, const float* col_scales, const float* tensor_scale, int64_t m,
+                        int64_t n, cudaStream_t stream, std::string* error);
 
 // ---- Paged attention (attention_kernels.cu). Supported head_dim: 8, 16, 32, 64, 128.
 // Both kernels honour batch.sliding_window (see AttentionBatch).

@@ -3,7 +3,9 @@
 // backend differs. Skips with the reason where no device is usable.
 #include <algorithm>
 #include <cmath>
+#include <vector>
 
+#include "common/quantization.h"
 #include "gtest/gtest.h"
 #include "tests/support/test_model.h"
 #include "tests/worker/test_expected.h"
@@ -88,6 +90,71 @@ TEST_F(CudaForwardTest, ChunkedPrefillGivesTheSameTokens) {
               std::vector<int32_t>(expected_.generated_ids.begin(),
                                    expected_.generated_ids.begin() + 20))
         << "prefill chunk " << chunk;
+  }
+}
+
+// Largest |got - want| / (1 + |want|).
+float WorstRelative(const std::vector<float>& got, const std::vector<float>& want) {
+  EXPECT_EQ(got.size(), want.size());
+  float worst = 0;
+  for (size_t i = 0; i < want.size() && i < got.size(); ++i) {
+    worst = std::max(worst, std::abs(got[i] - want[i]) / (1.0f + std::abs(want[i])));
+  }
+  return worst;
+}
+
+// int8 / FP8 weights quantized at load (on the host, so both backends get the same bytes)
+// through the CUDA forward pass against the CPU one. Every linear layer takes the fused
+// quantized GEMV (q/k/v, gate/up: 128-bit loads at K = 64; down: the scalar path at
+// K = 172) for one-token chunks and decode, and in two passes for the 5-token prompt at
+// once: FP32 on both sides, so the tokens agree and the logits to float rounding (int8:
+// plus the CPU kernel's int16 rounding of activations, at most 2^-16 of each 32-column
+// group's maximum, hence 1e-3 rather than 1e-4). A
+// 25-token prompt takes the BF16 prefill path (weights and activations rounded to BF16,
+// ~0.3 % per layer), compared at a bound that still catches a wrong scale or layout.
+TEST_F(CudaForwardTest, QuantizedWeightsMatchTheCpuBackend) {
+  for (WeightQuantization q : {WeightQuantization::kInt8, WeightQuantization::kFp8}) {
+    SCOPED_TRACE(WeightQuantizationName(q));
+    ModelLoadOptions options;
+    options.quantization = q;
+    auto cpu = kernels::MakeCpuBackend(2);
+    SingleRankCommunicator cpu_comm;
+    auto cpu_model =
+        LlamaModel::Load(testing::StoriesModelDir(), cpu.get(), &cpu_comm, nullptr, options);
+    ASSERT_TRUE(cpu_model.ok()) << cpu_model.status();
+    auto cuda_model =
+        LlamaModel::Load(testing::StoriesModelDir(), backend_.get(), &comm_, nullptr, options);
+    ASSERT_TRUE(cuda_model.ok()) << cuda_model.status();
+    auto run = [](LlamaModel& model, const std::vector<int32_t>& prompt, int tokens,
+                  int chunk) -> absl::StatusOr<SingleSequenceResult> {
+      auto cache = model.CreateKvCache(12, 16);
+      if (!cache.ok()) return cache.status();
+      SingleSequenceOptions o = Greedy(tokens);
+      o.prefill_chunk = chunk;
+      return GenerateSingleSequence(model, **cache, prompt, o);
+    };
+
+    auto want = run(**cpu_model, expected_.prompt_ids, 30, 1);
+    auto got = run(**cuda_model, expected_.prompt_ids, 30, 1);
+    ASSERT_TRUE(want.ok()) << want.status();
+    ASSERT_TRUE(got.ok()) << got.status();
+    EXPECT_EQ(got->generated_ids, want->generated_ids);
+    const float bound = q == WeightQuantization::kInt8 ? 1e-3f : 1e-4f;
+    EXPECT_LT(WorstRelative(got->first_logits, want->first_logits), bound);
+
+    auto whole = run(**cuda_model, expected_.prompt_ids, 1, 0);
+    ASSERT_TRUE(whole.ok()) << whole.status();
+    EXPECT_LT(WorstRelative(whole->first_logits, want->first_logits), bound);
+
+    std::vector<int32_t> long_prompt = expected_.prompt_ids;
+    long_prompt.insert(long_prompt.end(), want->generated_ids.begin(),
+                       want->generated_ids.begin() + 20);
+    auto long_want = run(**cpu_model, long_prompt, 1, 0);
+    auto long_got = run(**cuda_model, long_prompt, 1, 0);
+    ASSERT_TRUE(long_want.ok()) << long_want.status();
+    ASSERT_TRUE(long_got.ok()) << long_got.status();
+    EXPECT_LT(WorstRelative(long_got->first_logits, long_want->first_logits), 5e-2f);
+    EXPECT_TRUE(BackendError(*backend_).ok()) << BackendError(*backend_);
   }
 }
 

@@ -1,6 +1,7 @@
-// Weight-only int8 / FP8 E4M3 GEMM of the CUDA backend (dequantize to BF16, BF16 GEMV or
-// cuBLASLt, per-row scale) against the CPU backend, plus the byte decoding the kernels
-// share with the host checked against common/dtype.h on every code (runs without a device).
+// Weight-only int8 / FP8 E4M3 GEMM of the CUDA backend against the CPU backend: the fused
+// decode GEMV (m <= 8, bytes read directly) and the prefill path (BF16 widening with the
+// scales folded in, then cuBLASLt), plus the byte decoding the kernels share with the host
+// checked against common/dtype.h on every code (runs without a device).
 #include <cmath>
 #include <cstdint>
 #include <random>
@@ -33,9 +34,14 @@ TEST(QuantizedValueTest, MatchesHostDecodingOnEveryByte) {
 
 class CudaQuantizedGemmTest : public CudaVsCpuTest {
  protected:
-  void Check(DType dtype, int64_t m, int64_t n, int64_t k) {
+  // `offset` bytes before the weights make their pointer unaligned (a slice at an odd
+  // offset), which must take the scalar path and still agree.
+  // `group` > 0: int8 with one scale per (row, group columns), as --quantization int8
+  // makes them (group 32) for the CUDA backend.
+  void Check(DType dtype, int64_t m, int64_t n, int64_t k, size_t offset = 0, int group = 0) {
     SCOPED_TRACE(std::string(DTypeName(dtype)) + " m=" + std::to_string(m) +
-                 " n=" + std::to_string(n) + " k=" + std::to_string(k));
+                 " n=" + std::to_string(n) + " k=" + std::to_string(k) +
+                 " offset=" + std::to_string(offset) + " group=" + std::to_string(group));
     std::mt19937 rng(static_cast<uint32_t>(m * 7919 + n * 31 + k));
     std::vector<uint8_t> q(n * k);
     for (uint8_t& b : q) {
@@ -43,28 +49,111 @@ class CudaQuantizedGemmTest : public CudaVsCpuTest {
         b = static_cast<uint8_t>(rng());
       } while (dtype == DType::kF8E4M3 && (b & 0x7f) == 0x7f);  // No NaN codes.
     }
-    std::vector<float> scales(n);
-    for (int64_t r = 0; r < n; ++r) scales[r] = std::ldexp(1.0f + (r % 7) * 0.1f, -9);
+    const int64_t groups = group > 0 ? (k + group - 1) / group : 1;
+    std::vector<float> scales(n * groups);
+    for (size_t i = 0; i < scales.size(); ++i) scales[i] = std::ldexp(1.0f + (i % 7) * 0.1f, -9);
     const std::vector<float> x = RandomFloats(m * k, 23);
     std::vector<float> expected(m * n);
-    cpu_->Gemm(x.data(), m, MatrixView{q.data(), dtype, n, k, scales.data()}, expected.data());
-    DeviceArray<uint8_t> d_q(q);
+    cpu_->Gemm(x.data(), m, MatrixView{q.data(), dtype, n, k, scales.data(), group},
+               expected.data());
+    std::vector<uint8_t> padded(offset, 0);
+    padded.insert(padded.end(), q.begin(), q.end());
+    DeviceArray<uint8_t> d_q(padded);
     DeviceArray<float> d_scales(scales), d_x(x), d_y(m * n);
-    cuda_->Gemm(d_x.get(), m, MatrixView{d_q.get(), dtype, n, k, d_scales.get()}, d_y.get());
+    cuda_->Gemm(d_x.get(), m,
+                MatrixView{d_q.get() + offset, dtype, n, k, d_scales.get(), group}, d_y.get());
     cuda_->Synchronize();
     ASSERT_TRUE(cuda_->status().ok()) << cuda_->status();
-    // The weights are exact in BF16; cuBLASLt rounds the activations to BF16 (m > 8).
-    ExpectAllClose(d_y.ToHost(), expected, m > gpu::kGemvMaxRows ? 1e-2 : 1e-4, "gemm");
+    ExpectAllClose(d_y.ToHost(), expected, QuantizedGemmTolerance(m), "gemm");
   }
 };
 
 TEST_F(CudaQuantizedGemmTest, GemvAndCublasPathsAtAwkwardSizes) {
   for (DType dtype : {DType::kI8, DType::kF8E4M3}) {
-    for (int64_t m : {1, 2, 3, 5, 17, 64}) {
-      Check(dtype, m, 37, 100);
-      Check(dtype, m, 130, 1024);
+    // 1..8 cover the fused GEMV's one- and two-pass launches; 17 and 64 the prefill path.
+    for (int64_t m : {1, 2, 3, 4, 5, 8, 17, 64}) {
+      // Rows never fill the last block; the K splits over warps (1, 2 or 4, from K) vary.
+      Check(dtype, m, 37, 100);   // k % 16 != 0: scalar path, one warp per row group.
+      Check(dtype, m, 130, 1024); // 128-bit loads, two warps per row group.
+      Check(dtype, m, 67, 1000);  // k % 16 == 8: scalar path over a long row.
+      Check(dtype, m, 45, 2056);  // Scalar path, four warps per row group.
     }
   }
+}
+
+// int8 with a scale per 32 columns (what the loader makes for CUDA): the GEMV scales each
+// 16-byte chunk as it decodes it, prefill folds the scales into the BF16 weights.
+TEST_F(CudaQuantizedGemmTest, GroupScaledInt8AtAwkwardSizes) {
+  for (int64_t m : {1, 2, 5, 8, 17}) {
+    Check(DType::kI8, m, 130, 1024, 0, 32);  // 128-bit loads.
+    Check(DType::kI8, m, 37, 100, 0, 32);    // Scalar path, a partial last group.
+    Check(DType::kI8, m, 45, 2056, 0, 32);   // Scalar path, four warps per row group.
+    Check(DType::kI8, m, 45, 512, 4, 32);    // Unaligned.
+  }
+}
+
+TEST_F(CudaQuantizedGemmTest, DecodeShapesAndUnalignedWeights) {
+  for (DType dtype : {DType::kI8, DType::kF8E4M3}) {
+    for (int64_t m : {1, 3, 8}) {
+      Check(dtype, m, 259, 4096);  // Four warps per row group.
+      Check(dtype, m, 45, 512, /*offset=*/4);  // Not 16-byte aligned: scalar path.
+    }
+  }
+}
+
+// FP8 weights x FP8 activations (dynamic per-tensor scale) on the tensor cores, against the
+// CPU's float activations. Tolerance: E4M3 keeps 3 mantissa bits, so each activation is off
+// by up to 2^-4 (6 %) relative, ~1.8 % rms for uniform data; over k products that averages
+// to ~2 % of the output's rms, and 0.1 of (|expected| + rms) stays clear of it for the
+// largest of thousands of outputs. A wrong scale or layout is off by far more.
+TEST_F(CudaQuantizedGemmTest, Fp8ActivationsOnTensorCores) {
+  if (!cuda_->fp8_tensor_cores()) GTEST_SKIP() << "FP8 tensor cores need sm_89 or newer";
+  cuda_->set_fp8_activations(true);
+  struct Shape {
+    int64_t m, n, k;
+  };
+  for (const Shape& s : {Shape{64, 130, 1024}, Shape{200, 259, 4096}, Shape{17, 48, 2048}}) {
+    SCOPED_TRACE("m=" + std::to_string(s.m) + " n=" + std::to_string(s.n) +
+                 " k=" + std::to_string(s.k));
+    const int64_t before = cuda_->fp8_gemms();
+    const std::vector<float> values = RandomFloats(s.n * s.k, 41);
+    std::vector<uint8_t> q(s.n * s.k);
+    ConvertFromF32(values.data(), values.size(), DType::kF8E4M3, q.data());
+    std::vector<float> scales(s.n);
+    for (int64_t r = 0; r < s.n; ++r) scales[r] = 0.01f * (1 + r % 5);
+    const std::vector<float> x = RandomFloats(s.m * s.k, 43, -3.0f, 3.0f);
+    std::vector<float> expected(s.m * s.n);
+    cpu_->Gemm(x.data(), s.m, MatrixView{q.data(), DType::kF8E4M3, s.n, s.k, scales.data()},
+               expected.data());
+    DeviceArray<uint8_t> d_q(q);
+    DeviceArray<float> d_scales(scales), d_x(x), d_y(s.m * s.n);
+    cuda_->Gemm(d_x.get(), s.m, MatrixView{d_q.get(), DType::kF8E4M3, s.n, s.k, d_scales.get()},
+                d_y.get());
+    cuda_->Synchronize();
+    ASSERT_TRUE(cuda_->status().ok()) << cuda_->status();
+    EXPECT_EQ(cuda_->fp8_gemms(), before + 1) << "the FP8 x FP8 path did not run";
+    ExpectAllClose(d_y.ToHost(), expected, 0.1, "fp8 x fp8 gemm");
+  }
+  // K % 16 != 0 has no FP8 algorithm: the BF16 path, at its own tolerance.
+  const int64_t before = cuda_->fp8_gemms();
+  Check(DType::kF8E4M3, 33, 40, 100);
+  EXPECT_EQ(cuda_->fp8_gemms(), before);
+}
+
+TEST(QuantizedGemvLauncherTest, RejectsWhatItCannotRunWithoutTouchingTheDevice) {
+  std::string error;
+  const float scale = 1.0f;
+  uint8_t byte = 0;
+  EXPECT_FALSE(gpu::LaunchQuantizedGemv(nullptr, gpu::kQuantizedGemvMaxRows + 1,
+                                        MatrixView{&byte, DType::kI8, 1, 1, &scale}, nullptr,
+                                        nullptr, &error));
+  EXPECT_NE(error.find("outside [1, 8]"), std::string::npos) << error;
+  EXPECT_FALSE(gpu::LaunchQuantizedGemv(nullptr, 1, MatrixView{&byte, DType::kBF16, 1, 1},
+                                        nullptr, nullptr, &error));
+  EXPECT_NE(error.find("not a quantized weight dtype"), std::string::npos) << error;
+  EXPECT_FALSE(gpu::LaunchQuantizedGemv(nullptr, 1, MatrixView{&byte, DType::kF8E4M3, 1, 1},
+                                        nullptr, nullptr, &error));
+  EXPECT_NE(error.find("without their scales"), std::string::npos) << error;
 }
 
 }  // namespace

@@ -1,0 +1,50 @@
+#ifndef TESSERA_COMMON_CHAT_TEMPLATE_CHAT_TEMPLATE_H_
+#define TESSERA_COMMON_CHAT_TEMPLATE_CHAT_TEMPLATE_H_
+
+#include <filesystem>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+
+// A model's chat template (Hugging Face `chat_template`, a Jinja template) rendered by
+// Tessera's own Jinja-subset engine, so instruct models are prompted the way they were
+// trained. Shared by the gRPC Chat method and the OpenAI-compatible HTTP API.
+namespace tessera {
+
+struct ChatMessage {
+  std::string role;     // "system", "user", "assistant", "tool", ...
+  std::string content;  // UTF-8; may be empty.
+};
+
+struct ChatRenderOptions {
+  // Appends the template's opening of an assistant turn (HF's add_generation_prompt).
+  bool add_generation_prompt = true;
+};
+
+class ChatTemplate {
+ public:
+  // Reads the template of a Hugging Face model folder: `chat_template.jinja` when present,
+  // else `chat_template` in tokenizer_config.json (a string, or a list of {name, template}
+  // where "default" is taken), plus the bos/eos token strings the template may use.
+  // NotFound when the model has no template; InvalidArgument (with the line) when it does
+  // not parse.
+  static absl::StatusOr<std::unique_ptr<ChatTemplate>> Load(const std::filesystem::path& dir);
+
+  // From template source, for tests and for a --chat-template override.
+  static absl::StatusOr<std::unique_ptr<ChatTemplate>> FromSource(std::string source,
+                                                                  std::string bos_token,
+                                                                  std::string eos_token);
+
+  virtual ~ChatTemplate() = default;
+
+  // The prompt text for `messages`. InvalidArgument with the template's own message for
+  // raise_exception (e.g. roles that do not alternate) and for render errors.
+  virtual absl::StatusOr<std::string> Render(const std::vector<ChatMessage>& messages,
+                                             const ChatRenderOptions& options) const = 0;
+};
+
+}  // namespace tessera
+
+#endif  // TESSERA_COMMON_CHAT_TEMPLATE_CHAT_TEMPLATE_H_

@@ -23,6 +23,9 @@ enum class WeightLayout {
   // widened to 16-bit lanes is exactly the operand of VPDPWSSD for 16 output rows
   // (kernels/cpu/int8_blocked.h).
   kInt8Blocked16,
+  // kU4 only, the CPU backend's: the same blocks and column pairs, 16 bytes per pair unit
+  // (kernels/cpu/int8_blocked.h); float scales and zeros inside `data`.
+  kU4Blocked16,
 };
 
 // A weight matrix [rows, cols], row-major (torch Linear layout: [out_features, in_features]).
@@ -106,6 +109,7 @@ class Backend {
   virtual size_t FreeMemoryBytes() const = 0;
   // The layout its Gemm wants int8 weights in; the loader packs them so.
   virtual WeightLayout Int8WeightLayout() const { return WeightLayout::kRowMajor; }
+  virtual WeightLayout Int4WeightLayout() const { return WeightLayout::kRowMajor; }
 
   // ---- Ops.
   // out[i, :] = table[ids[i] - vocab_begin, :] when the id falls in this shard's rows,

@@ -5,6 +5,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "common/status_macros.h"
+#include "kernels/cpu/int8_blocked.h"
 
 namespace tessera {
 
@@ -13,6 +14,39 @@ std::string ModuleOfWeight(const std::string& weight_name) {
   if (!absl::EndsWith(weight_name, kSuffix)) return "";
   return weight_name.substr(0, weight_name.size() - kSuffix.size());
 }
+
+namespace {
+
+// The CPU backend's layout (kernels/cpu/int8_blocked.h): the slices' rows stacked, then
+// packed in blocks of 16 rows with their scales and zeros.
+absl::StatusOr<DeviceMatrix> LoadBlocked(const std::vector<Int4Matrix>& slices, int64_t rows,
+                                         kernels::Backend* backend, const std::string& name) {
+  const int64_t cols = slices[0].cols;
+  const int group = slices[0].group_size;
+  std::vector<uint8_t> codes;
+  std::vector<float> scales, zeros;
+  for (const Int4Matrix& m : slices) {
+    codes.insert(codes.end(), m.packed.begin(), m.packed.end());
+    scales.insert(scales.end(), m.scales.begin(), m.scales.end());
+    zeros.insert(zeros.end(), m.zeros.begin(), m.zeros.end());
+  }
+  std::vector<uint8_t> packed(kernels::Int4BlockedShape{rows, cols, group}.bytes());
+  kernels::PackInt4Blocked(codes.data(), scales.data(), zeros.data(), rows, cols, group,
+                           packed.data());
+  ASSIGN_OR_RETURN(DeviceBuffer buffer, DeviceBuffer::Allocate(backend, packed.size(), name));
+  backend->CopyToDevice(buffer.get(), packed.data(), packed.size());
+  DeviceMatrix out;
+  out.view.data = buffer.get();
+  out.view.dtype = DType::kU4;
+  out.view.rows = rows;
+  out.view.cols = cols;
+  out.view.group_size = group;
+  out.view.layout = kernels::WeightLayout::kU4Blocked16;
+  out.buffer = std::move(buffer);
+  return out;
+}
+
+}  // namespace
 
 absl::StatusOr<DeviceMatrix> LoadInt4Matrix(const Checkpoint& checkpoint,
                                             const Int4QuantConfig& config,
@@ -34,6 +68,10 @@ absl::StatusOr<DeviceMatrix> LoadInt4Matrix(const Checkpoint& checkpoint,
   }
   const int64_t cols = slices[0].cols;
   const int group = slices[0].group_size;
+  if (backend->Int4WeightLayout() == kernels::WeightLayout::kU4Blocked16 &&
+      kernels::Int4Blockable(cols, group)) {
+    return LoadBlocked(slices, rows, backend, parts[0].prefix);
+  }
   const int64_t groups = cols / group;
   // Scales and zeros start on a 64-byte boundary so vector loads of them never split lines.
   const size_t code_bytes = static_cast<size_t>(rows * (cols / 2));

@@ -61,6 +61,7 @@ class CpuBackend final : public Backend {
   void Synchronize() override {}
   size_t FreeMemoryBytes() const override { return AvailableHostMemoryBytes(); }
   WeightLayout Int8WeightLayout() const override { return WeightLayout::kInt8Blocked16; }
+  WeightLayout Int4WeightLayout() const override { return WeightLayout::kU4Blocked16; }
 
   void EmbeddingGather(const int32_t* ids, int n, MatrixView table, int64_t vocab_begin,
                        float* out) override {

@@ -93,7 +93,11 @@ const KernelSet& KernelsFor(SimdLevel level, DType dtype) {
 void GemmAtLevel(SimdLevel level, const float* x, int64_t m, const MatrixView& w, float* y,
                  ThreadPool* pool) {
   if (w.dtype == DType::kU4) {  // Group-wise 4-bit weights (GPTQ/AWQ).
-    GemmInt4(level, x, m, w, y, pool);
+    if (w.layout == WeightLayout::kU4Blocked16) {
+      GemmInt4Blocked(level, x, m, w, y, pool);
+    } else {
+      GemmInt4(level, x, m, w, y, pool);
+    }
     return;
   }
   const int64_t n = w.rows;

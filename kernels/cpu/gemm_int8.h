@@ -24,6 +24,13 @@ namespace tessera::kernels {
 void GemmInt8Blocked(SimdLevel level, const float* x, int64_t m, const MatrixView& w, float* y,
                      ThreadPool* pool);
 
+// The same for group-wise 4-bit weights (GPTQ/AWQ) in WeightLayout::kU4Blocked16:
+// w = s (q - z) per weight group, and over each 32-column activation group
+// sum s (q - z) xs x = s xs (sum q x - z sum x), the integer sums exact as above. The weight
+// group (w.group_size) must be the whole row or a multiple of 32 (Int4Blockable).
+void GemmInt4Blocked(SimdLevel level, const float* x, int64_t m, const MatrixView& w, float* y,
+                     ThreadPool* pool);
+
 }  // namespace tessera::kernels
 
 #endif  // TESSERA_KERNELS_CPU_GEMM_INT8_H_

@@ -1,4 +1,4 @@
-// AVX2 block kernels for int8 weights: each 16-row block in two 8-row halves,
+// AVX2 block kernels for int8 and int4 weights: each 16-row block in two 8-row halves,
 // VPMADDWD then VPADDD. Only this file's own functions
 // are compiled for these instructions (target pragma, as in gemm_avx512.cc).
 #include <cstdint>
@@ -30,23 +30,34 @@ struct V {
   static constexpr int kMaxTokens = 2;
   static inline IReg IZero() { return _mm256_setzero_si256(); }
   static inline IReg IAdd(IReg a, IReg b) { return _mm256_add_epi32(a, b); }
+  static inline FReg FZero() { return _mm256_setzero_ps(); }
   static inline void Prefetch(const uint8_t* p) {
     _mm_prefetch(reinterpret_cast<const char*>(p), _MM_HINT_T0);
   }
-  static inline FReg FZero() { return _mm256_setzero_ps(); }
-  static inline IReg LoadW(const uint8_t* unit, int half) {
+  static inline IReg LoadW8(const uint8_t* unit, int half) {
     return _mm256_cvtepi8_epi16(
         _mm_loadu_si128(reinterpret_cast<const __m128i*>(unit + 16 * half)));
+  }
+  // Bytes of rows [8 half, +8) -> dwords; low nibble in the low word, high in the high.
+  static inline IReg LoadW4(const uint8_t* unit, int half) {
+    const __m256i d = _mm256_cvtepu8_epi32(
+        _mm_loadl_epi64(reinterpret_cast<const __m128i*>(unit + 8 * half)));
+    return _mm256_or_si256(_mm256_and_si256(d, _mm256_set1_epi32(0xF)),
+                           _mm256_and_si256(_mm256_slli_epi32(d, 12), _mm256_set1_epi32(0xF0000)));
   }
   static inline IReg Dp(IReg acc, IReg w, int32_t pair) {
     return _mm256_add_epi32(acc, _mm256_madd_epi16(w, _mm256_set1_epi32(pair)));
   }
   static inline FReg ToFloat(IReg v) { return _mm256_cvtepi32_ps(v); }
-  static inline FReg LoadScales(const uint16_t* s) {
+  static inline FReg LoadBf16(const uint16_t* s) {
     const __m128i h = _mm_loadu_si128(reinterpret_cast<const __m128i*>(s));
     return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16));
   }
+  static inline FReg LoadF(const float* p) { return _mm256_loadu_ps(p); }
   static inline FReg Mul(FReg a, float b) { return _mm256_mul_ps(a, _mm256_set1_ps(b)); }
+  static inline FReg FnMadd(FReg a, float b, FReg c) {
+    return _mm256_fnmadd_ps(a, _mm256_set1_ps(b), c);
+  }
   static inline FReg Fma(FReg a, FReg b, FReg acc) { return _mm256_fmadd_ps(a, b, acc); }
   static inline void Store(float* p, FReg v) { _mm256_storeu_ps(p, v); }
   static inline void StorePartial(float* p, FReg v, int n) {
@@ -71,6 +82,10 @@ void BlocksAvx2(const Int8Activations& x, int64_t m, const MatrixView& w, float*
                 int64_t block_begin, int64_t block_end) {
   gemm_int8_avx2::Blocks(x, m, w, y, block_begin, block_end);
 }
+void BlocksInt4Avx2(const Int8Activations& x, int64_t m, const MatrixView& w, float* y,
+                    int64_t block_begin, int64_t block_end) {
+  gemm_int8_avx2::BlocksInt4(x, m, w, y, block_begin, block_end);
+}
 }  // namespace tessera::kernels::gemm_int8_internal
 
 #else  // Not x86-64: the dispatcher never selects this level.
@@ -79,6 +94,9 @@ void BlocksAvx2(const Int8Activations& x, int64_t m, const MatrixView& w, float*
 
 namespace tessera::kernels::gemm_int8_internal {
 void BlocksAvx2(const Int8Activations&, int64_t, const MatrixView&, float*, int64_t, int64_t) {
+  std::abort();
+}
+void BlocksInt4Avx2(const Int8Activations&, int64_t, const MatrixView&, float*, int64_t, int64_t) {
   std::abort();
 }
 }  // namespace tessera::kernels::gemm_int8_internal

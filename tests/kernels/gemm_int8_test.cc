@@ -128,10 +128,10 @@ TEST(GemmInt8BlockedTest, BothAvx512KernelsMatchTheScalarPath) {
     std::uniform_real_distribution<float> uni(-1.0f, 1.0f);
     std::vector<float> x(m * k);
     for (float& v : x) v = uni(rng);
-    std::vector<int32_t> pairs;
+    std::vector<int32_t> pairs, sums;
     std::vector<float> scales;
     gemm_int8_internal::Int8Activations acts;
-    gemm_int8_internal::QuantizeActivations(x.data(), m, k, &pairs, &scales, &acts);
+    gemm_int8_internal::QuantizeActivations(x.data(), m, k, &pairs, &scales, &sums, &acts);
     const int64_t blocks = Int8BlockedShape{n, k}.row_blocks();
     std::vector<float> expected(m * n), y(m * n);
     gemm_int8_internal::BlocksScalar(acts, m, w.view(), expected.data(), 0, blocks);
@@ -156,6 +156,127 @@ TEST(GemmInt8BlockedTest, ZeroActivationsGiveZeros) {
     std::vector<float> y(2 * 20, std::nanf(""));
     GemmAtLevel(static_cast<SimdLevel>(level), x.data(), 2, w.view(), y.data(), nullptr);
     for (float v : y) ASSERT_EQ(v, 0.0f);
+  }
+}
+
+// Random 4-bit codes with float scales and fractional zeros per group, packed blocked.
+struct Int4Weights {
+  int64_t rows = 0;
+  int64_t cols = 0;
+  int group = 0;
+  std::vector<uint8_t> codes;  // Row-major, low nibble first.
+  std::vector<float> scales, zeros;
+  std::vector<uint8_t> packed;
+  MatrixView view() const {
+    MatrixView v{packed.data(), DType::kU4, rows, cols};
+    v.group_size = group;
+    v.layout = WeightLayout::kU4Blocked16;
+    return v;
+  }
+  float at(int64_t r, int64_t c) const {
+    const int64_t groups = group > 0 && group < cols ? cols / group : 1;
+    const int64_t g = groups == 1 ? 0 : c / group;
+    const int q = (codes[r * (cols / 2) + c / 2] >> (4 * (c % 2))) & 0xf;
+    return scales[r * groups + g] * (static_cast<float>(q) - zeros[r * groups + g]);
+  }
+};
+
+Int4Weights RandomInt4(int64_t rows, int64_t cols, int group, std::mt19937* rng) {
+  Int4Weights w;
+  w.rows = rows;
+  w.cols = cols;
+  w.group = group;
+  w.codes.resize(rows * cols / 2);
+  for (uint8_t& b : w.codes) b = static_cast<uint8_t>((*rng)());
+  const int64_t groups = group > 0 && group < cols ? cols / group : 1;
+  std::uniform_real_distribution<float> uni(0.5f, 2.0f);
+  w.scales.resize(rows * groups);
+  w.zeros.resize(rows * groups);
+  for (float& s : w.scales) s = std::ldexp(uni(*rng), -6);
+  for (float& z : w.zeros) z = 8.0f + uni(*rng) - 1.25f;  // Fractional, as GPTQ v1 gives.
+  w.packed.resize(Int4BlockedShape{rows, cols, group}.bytes());
+  PackInt4Blocked(w.codes.data(), w.scales.data(), w.zeros.data(), rows, cols, group,
+                  w.packed.data());
+  return w;
+}
+
+// As for int8: every level equals the scalar path bit for bit, and the scalar path is
+// within the int16 rounding of the activations of a float64 product.
+void ExpectInt4Matches(ThreadPool* pool, int64_t m, int64_t n, int64_t k, int group,
+                       std::mt19937* rng) {
+  const Int4Weights w = RandomInt4(n, k, group, rng);
+  for (int64_t r = 0; r < n; r += 7) {
+    for (int64_t c = 0; c < k; c += 5) ASSERT_EQ(Int4BlockedWeight(w.view(), r, c), w.at(r, c));
+  }
+  std::uniform_real_distribution<float> uni(-1.0f, 1.0f);
+  std::vector<float> x(m * k);
+  for (float& v : x) v = uni(*rng);
+  std::vector<float> expected(m * n, std::nanf(""));
+  GemmInt4Blocked(SimdLevel::kScalar, x.data(), m, w.view(), expected.data(), pool);
+  for (int64_t i = 0; i < m; ++i) {
+    for (int64_t j = 0; j < n; ++j) {
+      double ref = 0.0, bound = 0.0;
+      for (int64_t c = 0; c < k; ++c) {
+        const int64_t g0 = c / kInt8GroupSize * kInt8GroupSize;
+        float amax = 0.0f;
+        for (int64_t t = g0; t < std::min(k, g0 + kInt8GroupSize); ++t) {
+          amax = std::max(amax, std::fabs(x[i * k + t]));
+        }
+        const double wv = w.at(j, c);
+        ref += static_cast<double>(x[i * k + c]) * wv;
+        bound += std::fabs(wv) * (0.5 * amax / 32767.0 + 1e-6 * std::fabs(x[i * k + c]));
+      }
+      ASSERT_NEAR(expected[i * n + j], ref, 1.01 * bound + 1e-5)
+          << "m=" << m << " n=" << n << " k=" << k << " group=" << group;
+    }
+  }
+  for (int level = 1; level <= static_cast<int>(DetectSimdLevel()); ++level) {
+    std::vector<float> y(m * n, std::nanf(""));
+    GemmAtLevel(static_cast<SimdLevel>(level), x.data(), m, w.view(), y.data(), pool);
+    ASSERT_EQ(0, std::memcmp(y.data(), expected.data(), y.size() * sizeof(float)))
+        << SimdLevelName(static_cast<SimdLevel>(level)) << " m=" << m << " n=" << n
+        << " k=" << k << " group=" << group;
+  }
+}
+
+TEST(GemmInt4BlockedTest, EveryLevelMatchesTheScalarPath) {
+  ThreadPool pool(2);
+  std::mt19937 rng(13);
+  for (int64_t m : {1, 2, 3, 5, 9}) {
+    ExpectInt4Matches(&pool, m, 37, 256, 128, &rng);  // GPTQ's group 128.
+    ExpectInt4Matches(&pool, m, 16, 64, 32, &rng);
+    ExpectInt4Matches(nullptr, m, 70, 96, 96, &rng);  // Whole rows (group = cols).
+    ExpectInt4Matches(nullptr, m, 5, 44, 0, &rng);    // Whole rows, K not a multiple of 32.
+  }
+  ExpectInt4Matches(&pool, 1, 512, 2048, 128, &rng);  // Parallel decode, four blocks a tile.
+}
+
+TEST(GemmInt4BlockedTest, BothAvx512KernelsMatchTheScalarPath) {
+  if (!gemm_int8_internal::CpuHasAvx512Bw()) GTEST_SKIP() << "no AVX512-BW on this CPU";
+  std::mt19937 rng(17);
+  for (auto [m, n, k] : std::vector<std::tuple<int64_t, int64_t, int64_t>>{
+           {1, 70, 256}, {3, 33, 128}, {8, 17, 512}}) {
+    const Int4Weights w = RandomInt4(n, k, 128, &rng);
+    std::uniform_real_distribution<float> uni(-1.0f, 1.0f);
+    std::vector<float> x(m * k);
+    for (float& v : x) v = uni(rng);
+    std::vector<int32_t> pairs, sums;
+    std::vector<float> scales;
+    gemm_int8_internal::Int8Activations acts;
+    gemm_int8_internal::QuantizeActivations(x.data(), m, k, &pairs, &scales, &sums, &acts);
+    const int64_t blocks = Int4BlockedShape{n, k, 128}.row_blocks();
+    std::vector<float> expected(m * n), y(m * n);
+    gemm_int8_internal::BlocksInt4Scalar(acts, m, w.view(), expected.data(), 0, blocks);
+    std::vector<gemm_int8_internal::BlocksFn> kernels = {gemm_int8_internal::BlocksInt4Avx512};
+    if (gemm_int8_internal::CpuHasAvx512Vnni()) {
+      kernels.push_back(gemm_int8_internal::BlocksInt4Avx512Vnni);
+    }
+    for (size_t i = 0; i < kernels.size(); ++i) {
+      std::fill(y.begin(), y.end(), std::nanf(""));
+      kernels[i](acts, m, w.view(), y.data(), 0, blocks);
+      ASSERT_EQ(0, std::memcmp(y.data(), expected.data(), y.size() * sizeof(float)))
+          << "kernel " << i << " m=" << m << " n=" << n << " k=" << k;
+    }
   }
 }
 

@@ -70,5 +70,16 @@ TEST(EvalGateTest, MaxAbsDiff) {
   EXPECT_FLOAT_EQ(MaxAbsDiff(std::vector<float>{1, -2, 3}, std::vector<float>{1, 2, 2.5}), 4.0);
 }
 
+TEST(EvalGateTest, FourBitCandidatesGetTheLooserDefaults) {
+  for (const char* f : {"none", "int8", "fp8"}) {
+    EXPECT_EQ(DefaultThresholds(f).min_top1, 0.99) << f;
+    EXPECT_EQ(DefaultThresholds(f).max_ppl_increase, 0.02) << f;
+  }
+  for (const char* f : {"gptq", "awq"}) {
+    EXPECT_EQ(DefaultThresholds(f).min_top1, 0.95) << f;
+    EXPECT_EQ(DefaultThresholds(f).max_ppl_increase, 0.06) << f;
+  }
+}
+
 }  // namespace
 }  // namespace tessera::eval

@@ -138,6 +138,8 @@ absl::StatusOr<SingleSequenceResult> Decode(const std::filesystem::path& dir,
   return GenerateSingleSequence(**model, **cache, prompt, options);
 }
 
+constexpr double kTwinBound = 2e-3;
+
 // The 4-bit checkpoint against its dequantized twin at tp 1 and 2; returns the tp-1 logits.
 std::vector<float> ExpectSameAsDequantized(const Int4Dirs& dirs,
                                            const std::vector<int32_t>& tokens) {
@@ -150,8 +152,10 @@ std::vector<float> ExpectSameAsDequantized(const Int4Dirs& dirs,
     EXPECT_TRUE(status.ok()) << "tp " << world << ": " << status;
     EXPECT_EQ(got.size(), reference.size());
     if (got.size() != reference.size()) return {};
-    // Same float weights; only the order of float sums differs.
-    EXPECT_LT(WorstRelativeDiff(got, reference), 1e-4) << "tp " << world;
+    // Same weights (s (q - z), exact in float); the CPU kernel rounds each 32-column group
+    // of activations to int16 (at most 2^-16 of the group's largest value), which five
+    // layers turn into a few 1e-4 of the logits; a wrong nibble or group is far larger.
+    EXPECT_LT(WorstRelativeDiff(got, reference), kTwinBound) << "tp " << world;
     if (world == 1) tp1 = got;
   }
   const std::vector<int32_t> prompt(tokens.begin(), tokens.begin() + 4);
@@ -161,7 +165,7 @@ std::vector<float> ExpectSameAsDequantized(const Int4Dirs& dirs,
   EXPECT_TRUE(dequantized.ok()) << dequantized.status();
   if (int4.ok() && dequantized.ok()) {
     EXPECT_EQ(int4->generated_ids, dequantized->generated_ids);
-    EXPECT_LT(WorstRelativeDiff(int4->first_logits, dequantized->first_logits), 1e-4);
+    EXPECT_LT(WorstRelativeDiff(int4->first_logits, dequantized->first_logits), kTwinBound);
   }
   return tp1;
 }

@@ -52,6 +52,13 @@ double MaxAbsDiff(absl::Span<const float> a, absl::Span<const float> b) {
   return worst;
 }
 
+Thresholds DefaultThresholds(std::string_view weight_format) {
+  if (weight_format == "gptq" || weight_format == "awq" || weight_format == "int4") {
+    return {0.95, 0.06};
+  }
+  return {0.99, 0.02};
+}
+
 std::vector<std::string> ThresholdFailures(const AgreementMetrics& m, const Thresholds& t) {
   std::vector<std::string> failures;
   if (m.top1_agreement < t.min_top1) {

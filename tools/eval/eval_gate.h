@@ -4,6 +4,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "absl/status/status.h"
@@ -43,6 +44,11 @@ struct Thresholds {
   double min_top1 = 0.99;
   double max_ppl_increase = 0.02;  // Relative: 0.02 is 2 %.
 };
+
+// The gate's defaults for a candidate's weight format ("none", "int8", "fp8", "gptq",
+// "awq", ...): 4-bit formats lose more by design and pass at >= 95 % top-1 and <= 6 %
+// perplexity increase; everything else at >= 99 % and <= 2 %.
+Thresholds DefaultThresholds(std::string_view weight_format);
 
 // Why `m` misses `t`, one line per failed threshold; empty when it passes.
 std::vector<std::string> ThresholdFailures(const AgreementMetrics& m, const Thresholds& t);

@@ -47,8 +47,9 @@ struct EvalFlags {
   std::string kv_cache_dtype = "auto";
   int64_t context = 256;
   int64_t max_tokens = 0;
-  double min_top1 = 0.99;
-  double max_ppl_increase = 0.02;
+  // Negative: the default for the candidate's weight format (eval::DefaultThresholds).
+  double min_top1 = -1;
+  double max_ppl_increase = -1;
   std::string output;
   int64_t threads = 0;
 };
@@ -170,9 +171,12 @@ int EvalMain(int argc, char** argv) {
   flags.String("kv-cache-dtype", &f.kv_cache_dtype, "Candidate KV-cache element type: auto, bf16, fp8 or fp32.");
   flags.Int("context", &f.context, "Tokens per window (clamped to the models' max context).");
   flags.Int("max-tokens", &f.max_tokens, "Positions scored at most (0: the whole dataset).");
-  flags.Float("min-top1", &f.min_top1, "Least top-1 agreement that passes, in [0, 1].");
+  flags.Float("min-top1", &f.min_top1,
+              "Least top-1 agreement that passes, in [0, 1] (negative: 0.99, or 0.95 for a "
+              "4-bit GPTQ/AWQ candidate).");
   flags.Float("max-ppl-increase", &f.max_ppl_increase,
-              "Largest relative perplexity increase that passes (0.02 = 2 %).");
+              "Largest relative perplexity increase that passes, 0.02 = 2 % (negative: 0.02, "
+              "or 0.06 for a 4-bit GPTQ/AWQ candidate).");
   flags.String("output", &f.output, "Also write the JSON report to this file.");
   flags.Int("threads", &f.threads, "CPU threads (0: one per core).");
   if (absl::Status s = flags.Parse(argc, argv); !s.ok()) return Fail(s.message());
@@ -230,7 +234,11 @@ int EvalMain(int argc, char** argv) {
 
   auto comparison = CompareScores(baseline->scores, candidate->scores);
   if (!comparison.ok()) return Fail(comparison.status().message());
-  const eval::Thresholds thresholds{f.min_top1, f.max_ppl_increase};
+  const std::string weight_format =
+      checkpoint_quantization->empty() ? f.quantization : *checkpoint_quantization;
+  eval::Thresholds thresholds = eval::DefaultThresholds(weight_format);
+  if (f.min_top1 >= 0) thresholds.min_top1 = f.min_top1;
+  if (f.max_ppl_increase >= 0) thresholds.max_ppl_increase = f.max_ppl_increase;
   const std::vector<std::string> failures = eval::ThresholdFailures(*comparison, thresholds);
   const double wall_seconds =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();

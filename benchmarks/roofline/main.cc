@@ -212,9 +212,14 @@ int Main(int argc, char** argv) {
   DecodeTraffic traffic = ComputeDecodeTraffic(config, (*model)->layout(), *dtype,
                                                static_cast<int>(batch), static_cast<int>(tokens),
                                                (*model)->kv_cache_dtype());
-  // Quantized layers stream one byte per weight; embedding and lm_head keep the file's type.
+  // Quantized layers stream one byte per weight, plus int8's BF16 scale per 32 columns
+  // (1/16 more; FP8's float per row is negligible); embedding and lm_head keep the file's
+  // type.
   if (load_options.quantization != WeightQuantization::kNone) {
     traffic.layer_matrix_bytes /= DTypeSize(*dtype);
+    if (load_options.quantization == WeightQuantization::kInt8) {
+      traffic.layer_matrix_bytes += traffic.layer_matrix_bytes / 16;
+    }
   }
   // The ceiling: the best read seen, before or between the steps.
   const double ceiling = std::max(bw.best_bytes_per_second, *std::max_element(step_bw.begin(), step_bw.end()));

@@ -1,6 +1,7 @@
 // AVX2 block kernels for int8 and int4 weights: each 16-row block in two 8-row halves,
-// VPMADDWD then VPADDD. Only this file's own functions
-// are compiled for these instructions (target pragma, as in gemm_avx512.cc).
+// VPMADDWD then VPADDD.
+// Only this file's own functions are compiled for these instructions (target pragma, as in
+// gemm_avx512.cc).
 #include <cstdint>
 
 #include "kernels/cpu/gemm_int8_internal.h"
@@ -76,29 +77,6 @@ struct V {
 #else
 #pragma GCC pop_options
 #endif
-
-namespace tessera::kernels::gemm_int8_internal {
-void BlocksAvx2(const Int8Activations& x, int64_t m, const MatrixView& w, float* y,
-                int64_t block_begin, int64_t block_end) {
-  gemm_int8_avx2::Blocks(x, m, w, y, block_begin, block_end);
-}
-void BlocksInt4Avx2(const Int8Activations& x, int64_t m, const MatrixView& w, float* y,
-                    int64_t block_begin, int64_t block_end) {
-  gemm_int8_avx2::BlocksInt4(x, m, w, y, block_begin, block_end);
-}
-}  // namespace tessera::kernels::gemm_int8_internal
-
-#else  // Not x86-64: the dispatcher never selects this level.
-
-#include <cstdlib>
-
-namespace tessera::kernels::gemm_int8_internal {
-void BlocksAvx2(const Int8Activations&, int64_t, const MatrixView&, float*, int64_t, int64_t) {
-  std::abort();
-}
-void BlocksInt4Avx2(const Int8Activations&, int64_t, const MatrixView&, float*, int64_t, int64_t) {
-  std::abort();
-}
-}  // namespace tessera::kernels::gemm_int8_internal
-
 #endif
+
+TESSERA_INT8_BLOCKS_EXPORT(gemm_int8_avx2, BlocksAvx2, BlocksInt4Avx2)

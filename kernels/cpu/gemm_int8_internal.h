@@ -2,6 +2,7 @@
 #define TESSERA_KERNELS_CPU_GEMM_INT8_INTERNAL_H_
 
 #include <cstdint>
+#include <cstdlib>
 #include <vector>
 
 #include "kernels/backend.h"
@@ -56,5 +57,32 @@ bool CpuHasAvx512Bw();
 bool CpuHasAvx512Vnni();
 
 }  // namespace tessera::kernels::gemm_int8_internal
+
+// Defines gemm_int8_internal::FN and FN4 (see above) in an ISA file: on x86-64 they call
+// NS::Blocks / NS::BlocksInt4 of its target region; elsewhere the dispatcher never
+// selects them.
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+#define TESSERA_INT8_BLOCKS_EXPORT(NS, FN, FN4)                                              \
+  namespace tessera::kernels::gemm_int8_internal {                                          \
+  void FN(const Int8Activations& x, int64_t m, const MatrixView& w, float* y, int64_t begin, \
+          int64_t end) {                                                                     \
+    NS::Blocks(x, m, w, y, begin, end);                                                      \
+  }                                                                                          \
+  void FN4(const Int8Activations& x, int64_t m, const MatrixView& w, float* y,              \
+           int64_t begin, int64_t end) {                                                     \
+    NS::BlocksInt4(x, m, w, y, begin, end);                                                  \
+  }                                                                                          \
+  }
+#else
+#define TESSERA_INT8_BLOCKS_EXPORT(NS, FN, FN4)                                         \
+  namespace tessera::kernels::gemm_int8_internal {                                     \
+  void FN(const Int8Activations&, int64_t, const MatrixView&, float*, int64_t, int64_t) { \
+    std::abort();                                                                       \
+  }                                                                                     \
+  void FN4(const Int8Activations&, int64_t, const MatrixView&, float*, int64_t, int64_t) { \
+    std::abort();                                                                       \
+  }                                                                                     \
+  }
+#endif
 
 #endif  // TESSERA_KERNELS_CPU_GEMM_INT8_INTERNAL_H_

@@ -70,15 +70,17 @@ TEST(Int8BlockedTest, PackKeepsEveryWeightAndScale) {
 
 // Every SIMD level gives the scalar path's floats exactly, and all of them stay within the
 // int16 rounding of the activations (half a step of max|x| / 32767 per group) of a
-// float64 product with the dequantized weights.
-void ExpectMatches(ThreadPool* pool, int64_t m, int64_t n, int64_t k, std::mt19937* rng) {
-  const Weights w = RandomWeights(n, k, rng);
+// float64 product with the dequantized weights `at(r, c)`.
+template <typename GemmFn, typename At>
+void ExpectLevelsMatch(GemmFn gemm, const MatrixView& w, const At& at, ThreadPool* pool,
+                       int64_t m, std::mt19937* rng) {
+  const int64_t n = w.rows, k = w.cols;
   std::uniform_real_distribution<float> uni(-1.0f, 1.0f);
   std::vector<float> x(m * k);
   for (float& v : x) v = uni(*rng);
   if (k > 40) x[3] = 1000.0f;  // An outlier costs only its own group precision.
   std::vector<float> expected(m * n, std::nanf(""));
-  GemmInt8Blocked(SimdLevel::kScalar, x.data(), m, w.view(), expected.data(), pool);
+  gemm(SimdLevel::kScalar, x.data(), m, w, expected.data(), pool);
   for (int64_t i = 0; i < m; ++i) {
     for (int64_t j = 0; j < n; ++j) {
       double ref = 0.0, bound = 0.0;
@@ -88,21 +90,27 @@ void ExpectMatches(ThreadPool* pool, int64_t m, int64_t n, int64_t k, std::mt199
         for (int64_t t = g0; t < std::min(k, g0 + kInt8GroupSize); ++t) {
           amax = std::max(amax, std::fabs(x[i * k + t]));
         }
-        const double wv = w.at(j, c);
+        const double wv = at(j, c);
         ref += static_cast<double>(x[i * k + c]) * wv;
         bound += std::fabs(wv) * (0.5 * amax / 32767.0 + 1e-6 * std::fabs(x[i * k + c]));
       }
-      ASSERT_NEAR(expected[i * n + j], ref, 1.01 * bound + 1e-6)
+      ASSERT_NEAR(expected[i * n + j], ref, 1.01 * bound + 1e-5)
           << "m=" << m << " n=" << n << " k=" << k << " at (" << i << ", " << j << ")";
     }
   }
   for (int level = 1; level <= static_cast<int>(DetectSimdLevel()); ++level) {
     std::vector<float> y(m * n, std::nanf(""));
-    GemmAtLevel(static_cast<SimdLevel>(level), x.data(), m, w.view(), y.data(), pool);
+    GemmAtLevel(static_cast<SimdLevel>(level), x.data(), m, w, y.data(), pool);
     ASSERT_EQ(0, std::memcmp(y.data(), expected.data(), y.size() * sizeof(float)))
         << SimdLevelName(static_cast<SimdLevel>(level)) << " m=" << m << " n=" << n
         << " k=" << k;
   }
+}
+
+void ExpectMatches(ThreadPool* pool, int64_t m, int64_t n, int64_t k, std::mt19937* rng) {
+  const Weights w = RandomWeights(n, k, rng);
+  ExpectLevelsMatch(GemmInt8Blocked, w.view(),
+                    [&](int64_t r, int64_t c) { return w.at(r, c); }, pool, m, rng);
 }
 
 TEST(GemmInt8BlockedTest, EveryLevelMatchesTheScalarPathAtAwkwardSizes) {
@@ -200,43 +208,14 @@ Int4Weights RandomInt4(int64_t rows, int64_t cols, int group, std::mt19937* rng)
   return w;
 }
 
-// As for int8: every level equals the scalar path bit for bit, and the scalar path is
-// within the int16 rounding of the activations of a float64 product.
 void ExpectInt4Matches(ThreadPool* pool, int64_t m, int64_t n, int64_t k, int group,
                        std::mt19937* rng) {
   const Int4Weights w = RandomInt4(n, k, group, rng);
   for (int64_t r = 0; r < n; r += 7) {
     for (int64_t c = 0; c < k; c += 5) ASSERT_EQ(Int4BlockedWeight(w.view(), r, c), w.at(r, c));
   }
-  std::uniform_real_distribution<float> uni(-1.0f, 1.0f);
-  std::vector<float> x(m * k);
-  for (float& v : x) v = uni(*rng);
-  std::vector<float> expected(m * n, std::nanf(""));
-  GemmInt4Blocked(SimdLevel::kScalar, x.data(), m, w.view(), expected.data(), pool);
-  for (int64_t i = 0; i < m; ++i) {
-    for (int64_t j = 0; j < n; ++j) {
-      double ref = 0.0, bound = 0.0;
-      for (int64_t c = 0; c < k; ++c) {
-        const int64_t g0 = c / kInt8GroupSize * kInt8GroupSize;
-        float amax = 0.0f;
-        for (int64_t t = g0; t < std::min(k, g0 + kInt8GroupSize); ++t) {
-          amax = std::max(amax, std::fabs(x[i * k + t]));
-        }
-        const double wv = w.at(j, c);
-        ref += static_cast<double>(x[i * k + c]) * wv;
-        bound += std::fabs(wv) * (0.5 * amax / 32767.0 + 1e-6 * std::fabs(x[i * k + c]));
-      }
-      ASSERT_NEAR(expected[i * n + j], ref, 1.01 * bound + 1e-5)
-          << "m=" << m << " n=" << n << " k=" << k << " group=" << group;
-    }
-  }
-  for (int level = 1; level <= static_cast<int>(DetectSimdLevel()); ++level) {
-    std::vector<float> y(m * n, std::nanf(""));
-    GemmAtLevel(static_cast<SimdLevel>(level), x.data(), m, w.view(), y.data(), pool);
-    ASSERT_EQ(0, std::memcmp(y.data(), expected.data(), y.size() * sizeof(float)))
-        << SimdLevelName(static_cast<SimdLevel>(level)) << " m=" << m << " n=" << n
-        << " k=" << k << " group=" << group;
-  }
+  ExpectLevelsMatch(GemmInt4Blocked, w.view(),
+                    [&](int64_t r, int64_t c) { return w.at(r, c); }, pool, m, rng);
 }
 
 TEST(GemmInt4BlockedTest, EveryLevelMatchesTheScalarPath) {

@@ -22,6 +22,7 @@
 #include "nlohmann/json.hpp"
 #include "tests/support/subprocess.h"
 #include "tests/support/test_model.h"
+#include "tests/worker/checkpoint_forward.h"
 #include "tests/worker/teacher_forcing.h"
 #include "tests/worker/test_expected.h"
 #include "worker/comm/local_communicator.h"
@@ -57,71 +58,6 @@ bool WriteFp8(const std::string& format, const std::string& strategy, Fp8Dirs* d
   return true;
 }
 
-// Next-token logits after every position of `tokens`, from rank 0 of `world` ranks.
-std::vector<float> TeacherForced(const std::filesystem::path& dir, int world,
-                                 const std::vector<int32_t>& tokens, absl::Status* status,
-                                 WeightQuantization quantization = WeightQuantization::kNone) {
-  auto group = LocalGroup::Create(world, std::chrono::seconds(30));
-  std::vector<std::vector<float>> logits(world);
-  std::vector<absl::Status> statuses(world);
-  std::vector<std::thread> threads;
-  for (int rank = 0; rank < world; ++rank) {
-    threads.emplace_back([&, rank] {
-      auto backend = kernels::MakeCpuBackend(1);
-      LocalCommunicator comm(group, rank);
-      ModelLoadOptions options;
-      options.quantization = quantization;
-      auto model = LlamaModel::Load(dir, backend.get(), &comm, nullptr, options);
-      if (!model.ok()) {
-        statuses[rank] = model.status();
-        return;
-      }
-      logits[rank] = testing::TeacherForcedLogits(**model, tokens);
-    });
-  }
-  for (auto& t : threads) t.join();
-  *status = absl::OkStatus();
-  for (const absl::Status& s : statuses) {
-    if (!s.ok() && status->ok()) *status = s;
-  }
-  return logits[0];
-}
-
-double WorstRelativeDiff(const std::vector<float>& a, const std::vector<float>& b) {
-  double worst = 0;
-  for (size_t i = 0; i < a.size(); ++i) {
-    worst = std::max(worst, std::fabs(static_cast<double>(a[i]) - b[i]) /
-                                std::max(1.0, std::fabs(static_cast<double>(b[i]))));
-  }
-  return worst;
-}
-
-double TopOneAgreement(const std::vector<float>& a, const std::vector<float>& b, size_t vocab) {
-  const size_t rows = a.size() / vocab;
-  int agree = 0;
-  for (size_t r = 0; r < rows; ++r) {
-    const float* x = &a[r * vocab];
-    const float* y = &b[r * vocab];
-    agree += std::max_element(x, x + vocab) - x == std::max_element(y, y + vocab) - y;
-  }
-  return static_cast<double>(agree) / rows;
-}
-
-// Greedy decode on one rank: one token a step, so the weights go through the GEMV path.
-absl::StatusOr<SingleSequenceResult> Decode(const std::filesystem::path& dir,
-                                            const std::vector<int32_t>& prompt, int tokens) {
-  auto backend = kernels::MakeCpuBackend(2);
-  SingleRankCommunicator comm;
-  auto model = LlamaModel::Load(dir, backend.get(), &comm);
-  if (!model.ok()) return model.status();
-  auto cache = (*model)->CreateKvCache(16, 16);
-  if (!cache.ok()) return cache.status();
-  SingleSequenceOptions options;
-  options.max_new_tokens = tokens;
-  options.sampling.temperature = 0;
-  options.ignore_eos = true;
-  return GenerateSingleSequence(**model, **cache, prompt, options);
-}
 
 // The FP8 checkpoint against its dequantized twin at tp 1 and 2, prefill and decode;
 // prints and bounds the top-1 agreement with the original float model.
@@ -133,29 +69,32 @@ void ExpectSameAsDequantized(const std::string& format, const std::string& strat
   EXPECT_EQ(*name, "fp8");
   const std::vector<int32_t> tokens = testing::ReferenceTokens();
   absl::Status status;
-  const std::vector<float> reference = TeacherForced(dirs.dequantized, 1, tokens, &status);
+  const std::vector<float> reference =
+      testing::TeacherForcedAtTp(dirs.dequantized, 1, tokens, &status);
   ASSERT_TRUE(status.ok()) << status;
   std::vector<float> tp1;
   for (int world : {1, 2}) {
-    const std::vector<float> got = TeacherForced(dirs.quantized, world, tokens, &status);
+    const std::vector<float> got =
+        testing::TeacherForcedAtTp(dirs.quantized, world, tokens, &status);
     ASSERT_TRUE(status.ok()) << "tp " << world << ": " << status;
     ASSERT_EQ(got.size(), reference.size());
     // Same float weights; only where the scale multiplies (once per output in the FP8
     // kernel, per weight in the twin) and the order of float sums differ.
-    EXPECT_LT(WorstRelativeDiff(got, reference), 1e-4) << "tp " << world;
+    EXPECT_LT(testing::WorstRelativeDiff(got, reference), 1e-4) << "tp " << world;
     if (world == 1) tp1 = got;
   }
   const std::vector<int32_t> prompt(tokens.begin(), tokens.begin() + 5);
-  auto fp8 = Decode(dirs.quantized, prompt, 24);
-  auto dequantized = Decode(dirs.dequantized, prompt, 24);
+  auto fp8 = testing::GreedyDecode(dirs.quantized, prompt, 24);
+  auto dequantized = testing::GreedyDecode(dirs.dequantized, prompt, 24);
   ASSERT_TRUE(fp8.ok()) << fp8.status();
   ASSERT_TRUE(dequantized.ok()) << dequantized.status();
   EXPECT_EQ(fp8->generated_ids, dequantized->generated_ids);
-  EXPECT_LT(WorstRelativeDiff(fp8->first_logits, dequantized->first_logits), 1e-4);
+  EXPECT_LT(testing::WorstRelativeDiff(fp8->first_logits, dequantized->first_logits), 1e-4);
 
-  const std::vector<float> original = TeacherForced(testing::StoriesModelDir(), 1, tokens, &status);
+  const std::vector<float> original =
+      testing::TeacherForcedAtTp(testing::StoriesModelDir(), 1, tokens, &status);
   ASSERT_TRUE(status.ok()) << status;
-  const double agreement = TopOneAgreement(tp1, original, 512);
+  const double agreement = testing::TopOneAgreement(tp1, original, 512);
   std::printf("%s%s%s vs float stories260K, %zu positions: top-1 agreement %.4f\n", format.c_str(),
               strategy.empty() ? "" : " ", strategy.c_str(), tokens.size(), agreement);
   // Measured 0.985 (compressed-tensors per channel) to 1.0 over these 65 positions; over
@@ -284,7 +223,8 @@ void EditQuantConfig(const std::filesystem::path& dir,
 absl::Status LoadStatus(const std::filesystem::path& dir,
                         WeightQuantization quantization = WeightQuantization::kNone) {
   absl::Status status;
-  TeacherForced(dir, 1, {1, 2, 3}, &status, quantization);
+  testing::TeacherForcedAtTp(dir, 1, {1, 2, 3}, &status,
+                             ModelLoadOptions{.quantization = quantization});
   return status;
 }
 

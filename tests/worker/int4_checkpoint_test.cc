@@ -18,6 +18,7 @@
 #include "nlohmann/json.hpp"
 #include "tests/support/subprocess.h"
 #include "tests/support/test_model.h"
+#include "tests/worker/checkpoint_forward.h"
 #include "tests/worker/test_expected.h"
 #include "tools/checkpoint/generate.h"
 #include "worker/comm/local_communicator.h"
@@ -54,67 +55,6 @@ bool WriteInt4(const std::filesystem::path& src, const std::string& method, int 
   return true;
 }
 
-// Next-token logits after every position of `tokens` (one prefill step), from rank 0 of
-// `world` tensor-parallel ranks; `status` gets the first failure.
-std::vector<float> TeacherForced(const std::filesystem::path& dir, int world,
-                                 const std::vector<int32_t>& tokens, absl::Status* status) {
-  auto group = LocalGroup::Create(world, std::chrono::seconds(30));
-  std::vector<std::vector<float>> logits(world);
-  std::vector<absl::Status> statuses(world);
-  std::vector<std::thread> threads;
-  for (int rank = 0; rank < world; ++rank) {
-    threads.emplace_back([&, rank] {
-      auto backend = kernels::MakeCpuBackend(1);
-      LocalCommunicator comm(group, rank);
-      auto model = LlamaModel::Load(dir, backend.get(), &comm);
-      if (!model.ok()) {
-        statuses[rank] = model.status();
-        return;
-      }
-      const int block_size = 16;
-      const int blocks = (static_cast<int>(tokens.size()) + block_size - 1) / block_size;
-      auto cache = (*model)->CreateKvCache(blocks + 1, block_size);
-      if (!cache.ok()) {
-        statuses[rank] = cache.status();
-        return;
-      }
-      std::vector<int32_t> table(blocks);
-      for (int b = 0; b < blocks; ++b) table[b] = b + 1;  // Block 0 stays reserved.
-      StepBatch batch;
-      batch.max_blocks_per_seq = blocks;
-      batch.AddSequence(tokens, table, 0, static_cast<int>(tokens.size()), block_size, false);
-      for (int i = 0; i < batch.num_tokens(); ++i) batch.logits_rows.push_back(i);
-      statuses[rank] = (*model)->Forward(batch, cache->get(), &logits[rank]);
-    });
-  }
-  for (auto& t : threads) t.join();
-  *status = absl::OkStatus();
-  for (const absl::Status& s : statuses) {
-    if (!s.ok() && status->ok()) *status = s;
-  }
-  return logits[0];
-}
-
-double WorstRelativeDiff(const std::vector<float>& a, const std::vector<float>& b) {
-  double worst = 0;
-  for (size_t i = 0; i < a.size(); ++i) {
-    worst = std::max(worst, std::fabs(static_cast<double>(a[i]) - b[i]) /
-                                std::max(1.0, std::fabs(static_cast<double>(b[i]))));
-  }
-  return worst;
-}
-
-double TopOneAgreement(const std::vector<float>& a, const std::vector<float>& b, size_t vocab) {
-  const size_t rows = a.size() / vocab;
-  int agree = 0;
-  for (size_t r = 0; r < rows; ++r) {
-    const float* x = &a[r * vocab];
-    const float* y = &b[r * vocab];
-    agree += std::max_element(x, x + vocab) - x == std::max_element(y, y + vocab) - y;
-  }
-  return static_cast<double>(agree) / rows;
-}
-
 std::vector<int32_t> ReferenceTokens() {
   const testing::Expected expected = testing::LoadExpected();
   std::vector<int32_t> tokens = expected.prompt_ids;
@@ -122,21 +62,6 @@ std::vector<int32_t> ReferenceTokens() {
   return tokens;
 }
 
-// Greedy decode on one rank: one token a step, so the weights go through the GEMV path.
-absl::StatusOr<SingleSequenceResult> Decode(const std::filesystem::path& dir,
-                                            const std::vector<int32_t>& prompt, int tokens) {
-  auto backend = kernels::MakeCpuBackend(2);
-  SingleRankCommunicator comm;
-  auto model = LlamaModel::Load(dir, backend.get(), &comm);
-  if (!model.ok()) return model.status();
-  auto cache = (*model)->CreateKvCache(16, 16);
-  if (!cache.ok()) return cache.status();
-  SingleSequenceOptions options;
-  options.max_new_tokens = tokens;
-  options.sampling.temperature = 0;
-  options.ignore_eos = true;
-  return GenerateSingleSequence(**model, **cache, prompt, options);
-}
 
 constexpr double kTwinBound = 2e-3;
 
@@ -144,28 +69,30 @@ constexpr double kTwinBound = 2e-3;
 std::vector<float> ExpectSameAsDequantized(const Int4Dirs& dirs,
                                            const std::vector<int32_t>& tokens) {
   absl::Status status;
-  const std::vector<float> reference = TeacherForced(dirs.dequantized, 1, tokens, &status);
+  const std::vector<float> reference =
+      testing::TeacherForcedAtTp(dirs.dequantized, 1, tokens, &status);
   EXPECT_TRUE(status.ok()) << status;
   std::vector<float> tp1;
   for (int world : {1, 2}) {
-    const std::vector<float> got = TeacherForced(dirs.quantized, world, tokens, &status);
+    const std::vector<float> got =
+        testing::TeacherForcedAtTp(dirs.quantized, world, tokens, &status);
     EXPECT_TRUE(status.ok()) << "tp " << world << ": " << status;
     EXPECT_EQ(got.size(), reference.size());
     if (got.size() != reference.size()) return {};
     // Same weights (s (q - z), exact in float); the CPU kernel rounds each 32-column group
     // of activations to int16 (at most 2^-16 of the group's largest value), which five
     // layers turn into a few 1e-4 of the logits; a wrong nibble or group is far larger.
-    EXPECT_LT(WorstRelativeDiff(got, reference), kTwinBound) << "tp " << world;
+    EXPECT_LT(testing::WorstRelativeDiff(got, reference), kTwinBound) << "tp " << world;
     if (world == 1) tp1 = got;
   }
   const std::vector<int32_t> prompt(tokens.begin(), tokens.begin() + 4);
-  auto int4 = Decode(dirs.quantized, prompt, 24);
-  auto dequantized = Decode(dirs.dequantized, prompt, 24);
+  auto int4 = testing::GreedyDecode(dirs.quantized, prompt, 24);
+  auto dequantized = testing::GreedyDecode(dirs.dequantized, prompt, 24);
   EXPECT_TRUE(int4.ok()) << int4.status();
   EXPECT_TRUE(dequantized.ok()) << dequantized.status();
   if (int4.ok() && dequantized.ok()) {
     EXPECT_EQ(int4->generated_ids, dequantized->generated_ids);
-    EXPECT_LT(WorstRelativeDiff(int4->first_logits, dequantized->first_logits), kTwinBound);
+    EXPECT_LT(testing::WorstRelativeDiff(int4->first_logits, dequantized->first_logits), kTwinBound);
   }
   return tp1;
 }
@@ -177,9 +104,10 @@ void ExpectStoriesQuality(const std::string& method, const std::string& format) 
   const std::vector<float> int4 = ExpectSameAsDequantized(dirs, tokens);
   ASSERT_FALSE(int4.empty());
   absl::Status status;
-  const std::vector<float> original = TeacherForced(testing::StoriesModelDir(), 1, tokens, &status);
+  const std::vector<float> original =
+      testing::TeacherForcedAtTp(testing::StoriesModelDir(), 1, tokens, &status);
   ASSERT_TRUE(status.ok()) << status;
-  const double agreement = TopOneAgreement(int4, original, 512);
+  const double agreement = testing::TopOneAgreement(int4, original, 512);
   std::printf("%s %s g32 (attention projections 4-bit) vs float stories260K, %zu positions: "
               "top-1 agreement %.4f\n",
               method.c_str(), format.c_str(), tokens.size(), agreement);
@@ -262,7 +190,7 @@ void EditQuantConfig(const std::filesystem::path& dir, const nlohmann::json& pat
 
 absl::Status LoadStatus(const std::filesystem::path& dir, int world) {
   absl::Status status;
-  TeacherForced(dir, world, {1, 2, 3}, &status);
+  testing::TeacherForcedAtTp(dir, world, {1, 2, 3}, &status);
   return status;
 }
 

@@ -23,6 +23,12 @@ namespace tessera {
 
 namespace {
 
+// memcpy/memmove with a null pointer is undefined even for 0 bytes, and zero-element
+// collectives (which still synchronise the ranks) may pass null buffers.
+void CopyBytes(void* dst, const void* src, size_t bytes) {
+  if (bytes > 0) std::memmove(dst, src, bytes);
+}
+
 constexpr size_t kHeaderBytes = 4096;
 constexpr int kMaxWorld = 32;
 constexpr uint32_t kMagic = 0x54534d31;  // "TSM1"
@@ -263,14 +269,14 @@ absl::Status ShmCommunicator::AllReduceSum(float* data, size_t count) {
   size_t off = 0;
   do {
     const size_t n = std::min(chunk, count - off);
-    std::memcpy(slot(rank_), data + off, n * sizeof(float));
+    CopyBytes(slot(rank_), data + off, n * sizeof(float));
     if (absl::Status s = Wait("AllReduceSum", deadline); !s.ok()) return s;
     if (off == 0) {
       if (absl::Status s = CheckCells("AllReduceSum"); !s.ok()) return s;
     }
     // Rank order, identical on every rank.
     float* out = data + off;
-    std::memcpy(out, slot(0), n * sizeof(float));
+    CopyBytes(out, slot(0), n * sizeof(float));
     for (int r = 1; r < world_size_; ++r) {
       const float* in = reinterpret_cast<const float*>(slot(r));
       for (size_t i = 0; i < n; ++i) out[i] += in[i];
@@ -288,14 +294,14 @@ absl::Status ShmCommunicator::AllGather(const float* send, size_t count, float* 
   size_t off = 0;
   do {
     const size_t n = std::min(chunk, count - off);
-    std::memcpy(slot(rank_), send + off, n * sizeof(float));
+    CopyBytes(slot(rank_), send + off, n * sizeof(float));
     if (absl::Status s = Wait("AllGather", deadline); !s.ok()) return s;
     if (off == 0) {
       if (absl::Status s = CheckCells("AllGather"); !s.ok()) return s;
     }
     for (int r = 0; r < world_size_; ++r) {
       // memmove: rank_'s own slice may be the (in-place) send buffer.
-      std::memmove(recv + static_cast<size_t>(r) * count + off, slot(r), n * sizeof(float));
+      CopyBytes(recv + static_cast<size_t>(r) * count + off, slot(r), n * sizeof(float));
     }
     if (absl::Status s = Wait("AllGather", deadline); !s.ok()) return s;
     off += n;
@@ -314,12 +320,12 @@ absl::Status ShmCommunicator::Broadcast(void* data, size_t bytes, int root) {
   size_t off = 0;
   do {
     const size_t n = std::min(slot_bytes_, bytes - off);
-    if (rank_ == root) std::memcpy(slot(root), p + off, n);
+    if (rank_ == root) CopyBytes(slot(root), p + off, n);
     if (absl::Status s = Wait("Broadcast", deadline); !s.ok()) return s;
     if (off == 0) {
       if (absl::Status s = CheckCells("Broadcast"); !s.ok()) return s;
     }
-    if (rank_ != root) std::memcpy(p + off, slot(root), n);
+    if (rank_ != root) CopyBytes(p + off, slot(root), n);
     if (absl::Status s = Wait("Broadcast", deadline); !s.ok()) return s;
     off += n;
   } while (off < bytes);

@@ -1,5 +1,10 @@
 #include "coordinator/http/http_server.h"
 
+#include <sys/socket.h>
+
+#include <cerrno>
+
+#include <array>
 #include <chrono>
 #include <deque>
 #include <optional>
@@ -151,10 +156,22 @@ class Session final : public HttpExchange, public std::enable_shared_from_this<S
                                 [self = shared_from_this(), id = exchange_id_](beast::error_code ec) {
                                   if (id != self->exchange_id_ || !self->in_exchange_) return;
                                   if (ec == net::error::operation_aborted) return;
-                                  beast::error_code available_ec;
-                                  const size_t n = self->stream_.socket().available(available_ec);
-                                  if (ec || available_ec || n == 0) self->Gone();
-                                  // Otherwise the bytes of a pipelined request: read after this one.
+                                  if (ec) {
+                                    self->Gone();
+                                    return;
+                                  }
+                                  // The reactor can report readiness spuriously (edge-triggered
+                                  // epoll), so ask the socket: 0 is the peer's FIN, EAGAIN a false
+                                  // alarm (watch again), bytes a pipelined request (read after this
+                                  // one), any other error a reset.
+                                  char byte;
+                                  const ssize_t n = ::recv(self->stream_.socket().native_handle(), &byte, 1,
+                                                           MSG_PEEK | MSG_DONTWAIT);
+                                  if (n == 0 || (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR)) {
+                                    self->Gone();
+                                  } else if (n < 0) {
+                                    self->WatchForClose();
+                                  }
                                 });
   }
 
@@ -219,11 +236,25 @@ class Session final : public HttpExchange, public std::enable_shared_from_this<S
     stream_.socket().cancel(ignored);  // The close watch.
     if (!keep_alive_) {
       stream_.socket().shutdown(tcp::socket::shutdown_send, ignored);
-      stream_.close();
       gone_ = true;
+      // Read (and drop) what the client still sends before closing: closing with unread
+      // bytes resets the connection, and a client still sending a body refused with 413
+      // would see the reset instead of the answer.
+      stream_.expires_after(std::chrono::seconds(5));
+      Linger();
       return;
     }
     DoRead();
+  }
+
+  void Linger() {
+    stream_.async_read_some(net::buffer(drain_), [self = shared_from_this()](beast::error_code ec, size_t) {
+      if (ec) {
+        self->stream_.close();
+        return;
+      }
+      self->Linger();
+    });
   }
 
   // The connection is over: tell the handler (once) and fail what was queued.
@@ -261,6 +292,7 @@ class Session final : public HttpExchange, public std::enable_shared_from_this<S
   uint64_t exchange_id_ = 0;
   std::deque<Piece> queue_;
   std::function<void()> client_gone_;
+  std::array<char, 16384> drain_;  // Linger's scratch.
 };
 
 }  // namespace

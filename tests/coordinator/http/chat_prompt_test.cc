@@ -31,16 +31,20 @@ class ByteTokenizer : public Tokenizer {
   std::string PieceForId(int32_t id) const override { return id == 1 ? "<s>" : ""; }
 };
 
+ServingLimits SmallLimits() {
+  ServingLimits limits;
+  limits.vocab_size = 512;
+  limits.max_context = 64;
+  return limits;
+}
+
 struct Fixture {
   Fixture() {
-    limits.max_context = 64;
-    limits.vocab_size = 512;
     serving.admission = &admission;
     serving.tokenizer = &tokenizer;
   }
   ByteTokenizer tokenizer;
-  ServingLimits limits;
-  Admission admission{nullptr, &tokenizer, ServingLimits{.vocab_size = 512, .max_context = 64}, "http"};
+  Admission admission{nullptr, &tokenizer, SmallLimits(), "http"};
   OpenAiServing serving;
 };
 

@@ -150,10 +150,11 @@ class CompletionsTest(unittest.TestCase):
 
     def test_seeded_sampling_is_reproducible(self):
         c = client()
-        a = c.completions.create(model=NAME, prompt=PROMPT, max_tokens=16, temperature=1.0, top_p=0.9, top_k=50,
-                                 seed=7, extra_body={"min_p": 0.01, "repetition_penalty": 1.1})
-        b = c.completions.create(model=NAME, prompt=PROMPT, max_tokens=16, temperature=1.0, top_p=0.9, top_k=50,
-                                 seed=7, extra_body={"min_p": 0.01, "repetition_penalty": 1.1})
+        extra = {"top_k": 50, "min_p": 0.01, "repetition_penalty": 1.1}
+        a = c.completions.create(model=NAME, prompt=PROMPT, max_tokens=16, temperature=1.0, top_p=0.9, seed=7,
+                                 presence_penalty=0.1, frequency_penalty=0.1, extra_body=extra)
+        b = c.completions.create(model=NAME, prompt=PROMPT, max_tokens=16, temperature=1.0, top_p=0.9, seed=7,
+                                 presence_penalty=0.1, frequency_penalty=0.1, extra_body=extra)
         self.assertEqual(a.choices[0].text, b.choices[0].text)
 
     def test_bad_temperature_is_400_naming_it(self):
@@ -215,9 +216,8 @@ class CompletionsTest(unittest.TestCase):
         self.assertEqual(out.stdout, "200")
         body = json.dumps({"model": NAME, "prompt": PROMPT, "max_tokens": 5, "temperature": 0, "stream": True})
         out = subprocess.run(["curl", "-sN", "-D", "-", SERVER.base + "/v1/completions", "-H",
-                              "Content-Type: application/json", "-d", body], capture_output=True, text=True,
-                             timeout=30)
-        head, _, stream = out.stdout.partition("\r\n\r\n")
+                              "Content-Type: application/json", "-d", body], capture_output=True, timeout=30)
+        head, _, stream = out.stdout.decode().partition("\r\n\r\n")
         self.assertIn("text/event-stream", head.lower())
         events = [e for e in stream.split("\n\n") if e]
         self.assertEqual(events[-1], "data: [DONE]")

@@ -26,6 +26,15 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
+def accepts(port: int) -> bool:
+    """Whether something accepts TCP connections on 127.0.0.1:port right now."""
+    try:
+        socket.create_connection(("127.0.0.1", port), timeout=1).close()
+        return True
+    except OSError:
+        return False
+
+
 def child_pids(pid: int):
     pids = []
     try:

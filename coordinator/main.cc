@@ -98,7 +98,8 @@ int main(int argc, char** argv) {
             "(0: 16 bytes per context token, at most 64 MiB).");
   flags.Int("max-concurrent-streams", &max_concurrent_streams,
             "Generate and GenerateStream calls served at once; more get RESOURCE_EXHAUSTED. Also bounds "
-            "the API's threads (gRPC's synchronous server uses one per call).");
+            "the API's threads (gRPC's synchronous server uses one per call). The HTTP API counts its "
+            "generations apart against the same bound (beyond it: 429).");
   flags.Int("max-undelivered-tokens", &max_undelivered_tokens,
             "Tokens a stream may have waiting for a client that does not read; past that the request is "
             "cancelled (RESOURCE_EXHAUSTED) and its KV blocks freed.");

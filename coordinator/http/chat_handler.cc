@@ -77,7 +77,8 @@ void HandleChatCompletions(std::shared_ptr<HttpExchange> exchange, const OpenAiS
   }
   if (!CheckModel(*exchange, *serving, request->model)) return;
   if (serving->chat_template == nullptr) {
-    Reject(*exchange, *serving, NoTemplate(*serving), "no_chat_template");
+    Reject(*exchange, *serving, NoTemplate(*serving),
+           absl::IsUnimplemented(serving->chat_template_status) ? "chat_templates_not_built" : "no_chat_template");
     return;
   }
   ChatRenderOptions options;

@@ -1,5 +1,6 @@
 #include "coordinator/http/generation_call.h"
 
+#include <algorithm>
 #include <chrono>
 #include <limits>
 #include <optional>

@@ -1,5 +1,6 @@
 #include "coordinator/http/openai_request.h"
 
+#include <algorithm>
 #include <cmath>
 #include <limits>
 #include <utility>

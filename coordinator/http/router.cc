@@ -1,6 +1,8 @@
 #include "coordinator/http/router.h"
 
+#include <string>
 #include <utility>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"

@@ -13,6 +13,7 @@ import argparse
 import concurrent.futures
 import json
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -108,6 +109,26 @@ class OverloadTest(unittest.TestCase):
             else:
                 self.assertTrue(ctype.startswith("application/json") or text.endswith("data: [DONE]\n\n"), text[-200:])
 
+    def test_drain_finishes_admitted_requests_and_refuses_new_ones(self):
+        self.start_worker()
+        # Two requests of 500 tokens one after the other (--max-num-seqs 1): the drain has
+        # about a second of work to wait for.
+        body = {"prompt": "Once upon a time", "max_tokens": 500, "ignore_eos": True}
+        with concurrent.futures.ThreadPoolExecutor(2) as pool:
+            admitted = [pool.submit(request, self.base, "/v1/completions", dict(body, stream=bool(i % 2)))
+                        for i in range(2)]
+            time.sleep(0.1)
+            self.procs[0].send_signal(signal.SIGTERM)
+            time.sleep(0.05)
+            status, _, text = request(self.base, "/v1/completions", body)
+            self.assertEqual(status, 503, text)
+            self.assertIn("draining", json.loads(text)["error"]["message"])
+            self.assertEqual(request(self.base, "/health")[0], 503)
+            for f in admitted:
+                status, _, text = f.result()
+                self.assertEqual(status, 200, text)
+                self.assertTrue(text.endswith("data: [DONE]\n\n") or '"finish_reason":"length"' in text, text[-200:])
+        self.assertEqual(self.procs[0].wait(timeout=30), 0)
 
 def main():
     global ARGS

@@ -116,15 +116,19 @@ class Session final : public HttpExchange, public std::enable_shared_from_this<S
     if (gone_) return;
     stream_.expires_never();
     if (ec == bhttp::error::body_limit) {
-      // Answered at once, from the Content-Length, and the connection closed: the rest of
-      // the body is never read.
-      in_exchange_ = true;
-      started_ = false;
-      keep_alive_ = false;
-      request_ = HttpRequest{};
-      Respond(413, options_->error_body(413, absl::StrCat("the request body exceeds ", options_->max_body_bytes,
-                                                          " bytes (--max-input-bytes)")),
-              "application/json", {});
+      // Answered at once, from the Content-Length: the rest of the body is never parsed.
+      RespondAndClose(413, absl::StrCat("the request body exceeds ", options_->max_body_bytes,
+                                        " bytes (--max-input-bytes)"));
+      return;
+    }
+    if (ec == bhttp::error::header_limit) {
+      RespondAndClose(431, "the request headers exceed 64 KiB");
+      return;
+    }
+    if (ec.category() == beast::http::make_error_code(bhttp::error::bad_target).category() &&
+        ec != bhttp::error::end_of_stream && ec != bhttp::error::partial_message) {
+      // Not HTTP/1.x: say so rather than drop the connection without a word.
+      RespondAndClose(400, absl::StrCat("malformed HTTP request: ", ec.message()));
       return;
     }
     if (ec) {
@@ -145,6 +149,16 @@ class Session final : public HttpExchange, public std::enable_shared_from_this<S
     ++exchange_id_;
     WatchForClose();
     options_->handler(shared_from_this());
+  }
+
+  // An error the server answers by itself, before any handler; the connection closes.
+  void RespondAndClose(int status, const std::string& message) {
+    in_exchange_ = true;
+    started_ = false;
+    keep_alive_ = false;
+    request_ = HttpRequest{};
+    start_ = std::chrono::steady_clock::now();
+    Respond(status, options_->error_body(status, message), "application/json", {});
   }
 
   // While a request runs the client sends nothing more (no pipelining in practice), so

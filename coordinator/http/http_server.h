@@ -23,7 +23,8 @@ struct HttpServerOptions {
   int idle_timeout_seconds = 300;
   // Called on the exchange's strand for every request read.
   std::function<void(std::shared_ptr<HttpExchange>)> handler;
-  // The body of an error the server answers by itself (413), as (status, message) -> JSON.
+  // The body of an error the server answers by itself (400 malformed HTTP, 413, 431), as
+  // (status, message) -> JSON.
   std::function<std::string(int, const std::string&)> error_body;
 };
 

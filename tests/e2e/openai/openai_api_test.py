@@ -210,6 +210,35 @@ class CompletionsTest(unittest.TestCase):
         self.assertEqual(status, 413)
         self.assertIn("error", body)
 
+    def test_malformed_http_is_400(self):
+        s = socket.create_connection(("127.0.0.1", SERVER.http_port), timeout=10)
+        s.sendall(b"THIS IS NOT HTTP\r\n\r\n")
+        data = b""
+        while True:
+            chunk = s.recv(4096)
+            if not chunk:
+                break
+            data += chunk
+        s.close()
+        self.assertTrue(data.startswith(b"HTTP/1.1 400"), data)
+        self.assertIn(b'"error"', data)
+
+    def test_keep_alive_serves_many_requests_on_one_connection(self):
+        body = json.dumps({"prompt": PROMPT, "max_tokens": 2}).encode()
+        s = socket.create_connection(("127.0.0.1", SERVER.http_port), timeout=30)
+        f = s.makefile("rb")
+        for _ in range(3):
+            s.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Length: " + str(len(body)).encode() +
+                      b"\r\n\r\n" + body)
+            status = f.readline()
+            self.assertTrue(status.startswith(b"HTTP/1.1 200"), status)
+            length = 0
+            while (line := f.readline()) != b"\r\n":
+                if line.lower().startswith(b"content-length:"):
+                    length = int(line.split(b":")[1])
+            self.assertEqual(json.loads(f.read(length))["usage"]["completion_tokens"], 2)
+        s.close()
+
     def test_curl_health_and_raw_sse(self):
         out = subprocess.run(["curl", "-s", "-o", "/dev/null", "-w", "%{http_code}", SERVER.base + "/health"],
                              capture_output=True, text=True, timeout=30)

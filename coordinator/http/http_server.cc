@@ -320,6 +320,13 @@ struct HttpServer::Impl {
       if (!ec) {
         beast::error_code ignored;
         socket.set_option(tcp::no_delay(true), ignored);  // SSE events are small and latency matters.
+        // A fixed send buffer instead of the kernel's autotuning (up to tcp_wmem's 4 MB): a
+        // client that stops reading then blocks the stream's writes after this much, so the
+        // RequestStream bound (--max-undelivered-tokens) ends its request, as HTTP/2 flow
+        // control does for gRPC, instead of megabytes per connection piling up in the kernel.
+        if (options.send_buffer_bytes > 0) {
+          socket.set_option(net::socket_base::send_buffer_size(options.send_buffer_bytes), ignored);
+        }
         std::make_shared<Session>(std::move(socket), &options)->Start();
       }
       Accept();

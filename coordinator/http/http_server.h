@@ -19,6 +19,8 @@ struct HttpServerOptions {
   int num_threads = 2;
   // Bodies beyond this are refused with 413 before they are read.
   uint64_t max_body_bytes = 1 << 20;
+  // SO_SNDBUF of every connection (0: the kernel's autotuning); see http_server.cc.
+  int send_buffer_bytes = 256 << 10;
   // A connection that sends no (complete) request for this long is closed.
   int idle_timeout_seconds = 300;
   // Called on the exchange's strand for every request read.

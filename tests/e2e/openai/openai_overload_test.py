@@ -14,6 +14,7 @@ import concurrent.futures
 import json
 import os
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -38,17 +39,26 @@ def request(base, path, body=None, timeout=60):
 
 
 class OverloadTest(unittest.TestCase):
+    # Coordinator flags of a test, beyond the default one-sequence, one-queued setup.
+    EXTRA_FLAGS = {
+        "test_client_not_reading_is_cancelled": ["--max-undelivered-tokens", "8", "--max-num-seqs", "4",
+                                                 "--max-queued-requests", "0"],
+        "test_drain_finishes_admitted_requests_and_refuses_new_ones": ["--max-queued-requests", "0"],
+    }
+
     def setUp(self):
         self.procs = []
         self.http_port = serve_util.free_port()
         self.cluster_port = serve_util.free_port()
+        self.metrics_port = serve_util.free_port()
         self.base = f"http://127.0.0.1:{self.http_port}"
         self.log = open(os.path.join(ARGS.log_dir, f"openai_overload_test.{self._testMethodName}.log"), "wb")
         self.procs.append(subprocess.Popen(
             [os.path.join(ARGS.bin_dir, "tessera-coordinator"), "--model", ARGS.model, "--port",
              str(serve_util.free_port()), "--cluster-port", str(self.cluster_port), "--http-port",
-             str(self.http_port), "--metrics-port", "0", "--kv-memory-mb", "16", "--max-num-seqs", "1",
-             "--max-queued-requests", "1"], stdout=self.log, stderr=subprocess.STDOUT))
+             str(self.http_port), "--metrics-port", str(self.metrics_port), "--kv-memory-mb", "16",
+             "--max-num-seqs", "1", "--max-queued-requests", "1",
+             *self.EXTRA_FLAGS.get(self._testMethodName, [])], stdout=self.log, stderr=subprocess.STDOUT))
         deadline = time.monotonic() + 30
         while not serve_util.accepts(self.http_port):
             self.assertLess(time.monotonic(), deadline, "the HTTP port never opened")
@@ -108,6 +118,38 @@ class OverloadTest(unittest.TestCase):
                 self.assertIn("queue is full", err["message"])
             else:
                 self.assertTrue(ctype.startswith("application/json") or text.endswith("data: [DONE]\n\n"), text[-200:])
+
+    def metric(self, name, *labels):
+        total = 0.0
+        with urllib.request.urlopen(f"http://127.0.0.1:{self.metrics_port}/metrics", timeout=5) as r:
+            for line in r.read().decode().splitlines():
+                if line.startswith(name + "{") and all(l in line for l in labels):
+                    total += float(line.rsplit(" ", 1)[1])
+        return total
+
+    def test_client_not_reading_is_cancelled(self):
+        self.start_worker()
+        # 20 logprobs make each event about 1 KB, far more than the socket buffers hold.
+        body = json.dumps({"prompt": "Once upon a time", "max_tokens": 500, "ignore_eos": True, "logprobs": 20,
+                           "stream": True}).encode()
+        s = socket.socket()
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 1024)  # A small window fills fast.
+        s.connect(("127.0.0.1", self.http_port))
+        s.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Length: " + str(len(body)).encode() +
+                  b"\r\n\r\n" + body)
+        # Never read: the server's writes block, 8 tokens pile up, the engine gives up on
+        # the request and the server drops the connection.
+        deadline = time.monotonic() + 30
+        while self.metric("tessera_aborted_requests_total", 'reason="client_not_reading"', 'protocol="http"') < 1:
+            self.assertLess(time.monotonic(), deadline, "the request was not cancelled")
+            time.sleep(0.05)
+        while (self.metric("tessera_num_requests_running") > 0 or self.metric("tessera_kv_cache_usage_ratio") > 0):
+            self.assertLess(time.monotonic(), deadline, "its KV blocks were not freed")
+            time.sleep(0.05)
+        s.close()
+        # The server still serves.
+        status, _, text = request(self.base, "/v1/completions", {"prompt": "Once upon a time", "max_tokens": 2})
+        self.assertEqual(status, 200, text)
 
     def test_drain_finishes_admitted_requests_and_refuses_new_ones(self):
         self.start_worker()

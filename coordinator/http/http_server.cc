@@ -108,8 +108,36 @@ class Session final : public HttpExchange, public std::enable_shared_from_this<S
     parser_->body_limit(options_->max_body_bytes);
     parser_->header_limit(64 << 10);
     stream_.expires_after(std::chrono::seconds(options_->idle_timeout_seconds));
-    bhttp::async_read(stream_, buffer_, *parser_,
-                      [self = shared_from_this()](beast::error_code ec, size_t) { self->OnRead(ec); });
+    bhttp::async_read_header(stream_, buffer_, *parser_,
+                             [self = shared_from_this()](beast::error_code ec, size_t) { self->OnHeader(ec); });
+  }
+
+  // The header alone first: a client that sent `Expect: 100-continue` (curl does for
+  // bodies over 1 KiB) waits for the interim answer before it sends the body, and a body
+  // over the limit is refused from its Content-Length before any of it is sent.
+  void OnHeader(beast::error_code ec) {
+    if (gone_) return;
+    if (ec) {
+      OnRead(ec);
+      return;
+    }
+    auto read_body = [self = shared_from_this()] {
+      bhttp::async_read(self->stream_, self->buffer_, *self->parser_,
+                        [self](beast::error_code ec, size_t) { self->OnRead(ec); });
+    };
+    if (beast::iequals(parser_->get()[bhttp::field::expect], "100-continue")) {
+      static const std::string kContinue = "HTTP/1.1 100 Continue\r\n\r\n";
+      net::async_write(stream_, net::buffer(kContinue),
+                       [self = shared_from_this(), read_body](beast::error_code ec, size_t) {
+                         if (ec) {
+                           self->Gone();
+                           return;
+                         }
+                         read_body();
+                       });
+      return;
+    }
+    read_body();
   }
 
   void OnRead(beast::error_code ec) {
@@ -132,7 +160,7 @@ class Session final : public HttpExchange, public std::enable_shared_from_this<S
       return;
     }
     if (ec) {
-      // End of stream, idle timeout, or a malformed request: nothing to answer.
+      // End of stream, idle timeout, or a reset: nothing to answer.
       Gone();
       return;
     }

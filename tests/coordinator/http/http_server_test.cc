@@ -132,6 +132,23 @@ TEST_F(HttpServerTest, BodyOverTheLimitIs413) {
   ::close(fd);
 }
 
+TEST_F(HttpServerTest, ExpectContinueGetsAnInterimAnswerBeforeTheBody) {
+  const int fd = Connect(server_->port());
+  Send(fd, "POST /echo HTTP/1.1\r\nHost: x\r\nContent-Length: 5\r\nExpect: 100-continue\r\n\r\n");
+  EXPECT_EQ(ReadUntil(fd, "\r\n\r\n"), "HTTP/1.1 100 Continue\r\n\r\n");
+  Send(fd, "hello");
+  EXPECT_TRUE(absl::EndsWith(ReadUntil(fd, "hello"), "\r\n\r\nhello"));
+  ::close(fd);
+}
+
+TEST_F(HttpServerTest, ExpectContinueWithATooLargeBodyIs413AtOnce) {
+  const int fd = Connect(server_->port());
+  Send(fd, "POST /echo HTTP/1.1\r\nHost: x\r\nContent-Length: 5000\r\nExpect: 100-continue\r\n\r\n");
+  const std::string r = ReadAll(fd);
+  EXPECT_TRUE(absl::StartsWith(r, "HTTP/1.1 413")) << r;
+  ::close(fd);
+}
+
 TEST_F(HttpServerTest, MalformedRequestIs400) {
   const int fd = Connect(server_->port());
   Send(fd, "NOT HTTP AT ALL\r\n\r\n");

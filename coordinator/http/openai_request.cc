@@ -158,6 +158,7 @@ std::string OpenAiName(absl::string_view field, Endpoint endpoint) {
   const bool chat = endpoint == Endpoint::kChatCompletions;
   if (absl::StartsWith(field, "sampling.")) return std::string(field.substr(9));
   if (field == "stopping.max_new_tokens") return "max_tokens";
+  if (field == "stopping.min_new_tokens") return "min_tokens";
   if (absl::StartsWith(field, "stopping.stop_token_ids")) return "stop_token_ids";
   if (absl::StartsWith(field, "stopping.stop")) return "stop";
   if (field == "text" || absl::StartsWith(field, "token_ids") || field == "input") {
@@ -305,6 +306,24 @@ absl::StatusOr<OpenAiRequest> ParseOpenAiRequest(absl::string_view body, Endpoin
     r.max_tokens_set = true;
   }
   if (absl::Status s = ParseStop(j, st); !s.ok()) return s;
+  // vLLM's extensions: stop_token_ids and min_tokens.
+  if (const json* ids = Field(j, "stop_token_ids"); ids != nullptr) {
+    if (!ids->is_array()) return TypeError("stop_token_ids", "a list of token ids", *ids);
+    for (const json& id : *ids) {
+      if (!id.is_number_integer() || id.get<int64_t>() < 0 || id.get<int64_t>() > std::numeric_limits<int32_t>::max()) {
+        return TypeError("stop_token_ids", "a list of token ids", id);
+      }
+      st->add_stop_token_ids(static_cast<int32_t>(id.get<int64_t>()));
+    }
+  }
+  std::optional<int64_t> min_tokens;
+  if (absl::Status s = Integer(j, "min_tokens", &min_tokens); !s.ok()) return s;
+  if (min_tokens.has_value()) {
+    if (*min_tokens < 0 || *min_tokens > std::numeric_limits<uint32_t>::max()) {
+      return InvalidParam("min_tokens", absl::StrCat("min_tokens = ", *min_tokens, ": must be >= 0"));
+    }
+    st->set_min_new_tokens(static_cast<uint32_t>(*min_tokens));
+  }
   if (ignore_eos.has_value()) st->set_ignore_eos(*ignore_eos);
   if (priority.has_value()) {
     if (*priority < std::numeric_limits<int32_t>::min() || *priority > std::numeric_limits<int32_t>::max()) {

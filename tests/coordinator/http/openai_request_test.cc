@@ -15,6 +15,8 @@ absl::StatusOr<OpenAiRequest> Chat(const std::string& body) {
   return ParseOpenAiRequest(body, Endpoint::kChatCompletions, kMaxLogprobs);
 }
 
+void ExpectParamError(const absl::StatusOr<OpenAiRequest>& r, const std::string& param, Endpoint endpoint);
+
 TEST(OpenAiRequestTest, CompletionFieldsMapOntoTheGenerateRequest) {
   auto r = Completions(R"({"model": "m", "prompt": "Once upon", "max_tokens": 7, "temperature": 0.5,
       "top_p": 0.9, "top_k": 40, "min_p": 0.05, "seed": 42, "stop": ["a", "b"], "presence_penalty": 0.5,
@@ -42,6 +44,20 @@ TEST(OpenAiRequestTest, CompletionFieldsMapOntoTheGenerateRequest) {
   EXPECT_TRUE(g.stopping().ignore_eos());
   EXPECT_EQ(g.logprobs(), 3u);
   EXPECT_EQ(g.priority(), -2);
+}
+
+TEST(OpenAiRequestTest, VllmExtensions) {
+  auto r = Completions(R"({"prompt": "x", "stop_token_ids": [2, 13], "min_tokens": 3, "top_k": -1})");
+  ASSERT_TRUE(r.ok()) << r.status();
+  ASSERT_EQ(r->generate.stopping().stop_token_ids_size(), 2);
+  EXPECT_EQ(r->generate.stopping().stop_token_ids(1), 13);
+  EXPECT_EQ(r->generate.stopping().min_new_tokens(), 3u);
+  EXPECT_EQ(r->generate.sampling().top_k(), 0);  // -1: off.
+  ExpectParamError(Completions(R"({"prompt": "x", "stop_token_ids": ["a"]})"), "stop_token_ids",
+                   Endpoint::kCompletions);
+  EXPECT_EQ(ParamOf(absl::InvalidArgumentError("stopping.min_new_tokens = 9: must not exceed"),
+                    Endpoint::kCompletions),
+            "min_tokens");
 }
 
 TEST(OpenAiRequestTest, UnsetFieldsStayUnset) {

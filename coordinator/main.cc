@@ -394,8 +394,9 @@ int main(int argc, char** argv) {
   // The grace lets handlers (which poll every 20 ms) write the final message of requests
   // that just finished; idle client connections would otherwise hold it to the end.
   public_server->Shutdown(std::chrono::system_clock::now() + std::chrono::milliseconds(500));
-  // Stopped, not destroyed: the engine's last events still post to its connections.
-  if (http_server != nullptr) http_server->Stop();
+  // Stopped, not destroyed: the engine's last events still post to its connections. The
+  // grace is the gRPC server's: the final chunks of requests that just finished go out.
+  if (http_server != nullptr) http_server->Stop(std::chrono::milliseconds(500));
   cluster_server->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(1));
   engine.Stop();
   http_server.reset();

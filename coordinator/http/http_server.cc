@@ -5,6 +5,7 @@
 #include <cerrno>
 
 #include <array>
+#include <atomic>
 #include <chrono>
 #include <deque>
 #include <optional>
@@ -30,8 +31,8 @@ using tcp = net::ip::tcp;
 
 class Session final : public HttpExchange, public std::enable_shared_from_this<Session> {
  public:
-  Session(tcp::socket socket, const HttpServerOptions* options)
-      : stream_(std::move(socket)), options_(options) {}
+  Session(tcp::socket socket, const HttpServerOptions* options, std::atomic<int>* num_active_exchanges)
+      : stream_(std::move(socket)), options_(options), num_active_exchanges_(num_active_exchanges) {}
 
   void Start() {
     net::dispatch(stream_.get_executor(), [self = shared_from_this()] { self->DoRead(); });
@@ -170,7 +171,7 @@ class Session final : public HttpExchange, public std::enable_shared_from_this<S
     request_.path = std::string(target.substr(0, target.find('?')));
     request_.body = std::move(msg.body());
     keep_alive_ = msg.keep_alive();
-    in_exchange_ = true;
+    SetInExchange(true);
     started_ = false;
     status_ = 0;
     start_ = std::chrono::steady_clock::now();
@@ -181,7 +182,7 @@ class Session final : public HttpExchange, public std::enable_shared_from_this<S
 
   // An error the server answers by itself, before any handler; the connection closes.
   void RespondAndClose(int status, const std::string& message) {
-    in_exchange_ = true;
+    SetInExchange(true);
     started_ = false;
     keep_alive_ = false;
     request_ = HttpRequest{};
@@ -254,6 +255,13 @@ class Session final : public HttpExchange, public std::enable_shared_from_this<S
     WriteNext();
   }
 
+  // Keeps the server's count of exchanges in flight, which Stop waits for.
+  void SetInExchange(bool in) {
+    if (in == in_exchange_) return;
+    in_exchange_ = in;
+    num_active_exchanges_->fetch_add(in ? 1 : -1);
+  }
+
   // One line per request: the HTTP side of the request log (the engine logs what it
   // generated). Health probes only at debug level, they come every few seconds.
   void LogExchange(bool client_gone) {
@@ -270,7 +278,7 @@ class Session final : public HttpExchange, public std::enable_shared_from_this<S
 
   void EndExchange() {
     LogExchange(/*client_gone=*/false);
-    in_exchange_ = false;
+    SetInExchange(false);
     writing_ = false;
     client_gone_ = nullptr;
     ++exchange_id_;
@@ -305,7 +313,7 @@ class Session final : public HttpExchange, public std::enable_shared_from_this<S
     gone_ = true;
     const bool was_in_exchange = in_exchange_;
     if (was_in_exchange) LogExchange(/*client_gone=*/true);
-    in_exchange_ = false;
+    SetInExchange(false);
     std::function<void()> client_gone = std::move(client_gone_);
     client_gone_ = nullptr;
     std::deque<Piece> queue = std::move(queue_);
@@ -321,6 +329,7 @@ class Session final : public HttpExchange, public std::enable_shared_from_this<S
 
   beast::tcp_stream stream_;
   const HttpServerOptions* const options_;
+  std::atomic<int>* const num_active_exchanges_;
   beast::flat_buffer buffer_;
   std::optional<bhttp::request_parser<bhttp::string_body>> parser_;
   HttpRequest request_;
@@ -355,7 +364,7 @@ struct HttpServer::Impl {
         if (options.send_buffer_bytes > 0) {
           socket.set_option(net::socket_base::send_buffer_size(options.send_buffer_bytes), ignored);
         }
-        std::make_shared<Session>(std::move(socket), &options)->Start();
+        std::make_shared<Session>(std::move(socket), &options, &num_active_exchanges)->Start();
       }
       Accept();
     });
@@ -365,6 +374,7 @@ struct HttpServer::Impl {
   net::io_context ioc;
   tcp::acceptor acceptor;
   std::vector<std::thread> threads;
+  std::atomic<int> num_active_exchanges{0};
   int port = 0;
   bool stopped = false;
 };
@@ -398,13 +408,19 @@ absl::StatusOr<std::unique_ptr<HttpServer>> HttpServer::Start(HttpServerOptions 
   return std::unique_ptr<HttpServer>(new HttpServer(std::move(impl)));
 }
 
-void HttpServer::Stop() {
+void HttpServer::Stop(std::chrono::milliseconds grace) {
   if (impl_->stopped) return;
   impl_->stopped = true;
   net::post(impl_->ioc, [impl = impl_.get()] {
     beast::error_code ignored;
     impl->acceptor.close(ignored);
   });
+  // Answers whose last bytes are still being written (a drained request's final chunk and
+  // [DONE]) get `grace` to go out; idle keep-alive connections do not hold it up.
+  const auto deadline = std::chrono::steady_clock::now() + grace;
+  while (impl_->num_active_exchanges.load() > 0 && std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
   impl_->ioc.stop();
   for (std::thread& t : impl_->threads) t.join();
 }

@@ -1,6 +1,7 @@
 #ifndef TESSERA_COORDINATOR_HTTP_HTTP_SERVER_H_
 #define TESSERA_COORDINATOR_HTTP_HTTP_SERVER_H_
 
+#include <chrono>
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -40,9 +41,10 @@ class HttpServer {
   ~HttpServer();
 
   int port() const;
-  // Stops accepting and stops the I/O threads; open connections are dropped when the
-  // server is destroyed. Idempotent.
-  void Stop();
+  // Stops accepting, waits up to `grace` for requests in flight to be answered, and
+  // stops the I/O threads; open connections are dropped when the server is destroyed.
+  // Idempotent.
+  void Stop(std::chrono::milliseconds grace = std::chrono::milliseconds(0));
 
  private:
   struct Impl;

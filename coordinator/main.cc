@@ -22,6 +22,9 @@
 #include "coordinator/api/unparseable_request_interceptor.h"
 #include "coordinator/cluster/cluster_manager.h"
 #include "coordinator/engine/engine.h"
+#include "coordinator/http/openai_response.h"
+#include "coordinator/http/http_server.h"
+#include "coordinator/http/openai_api.h"
 #include "coordinator/metrics/engine_metrics.h"
 #include "grpcpp/ext/proto_server_reflection_plugin.h"
 #include "grpcpp/grpcpp.h"
@@ -95,7 +98,8 @@ int main(int argc, char** argv) {
             "(0: 16 bytes per context token, at most 64 MiB).");
   flags.Int("max-concurrent-streams", &max_concurrent_streams,
             "Generate and GenerateStream calls served at once; more get RESOURCE_EXHAUSTED. Also bounds "
-            "the API's threads (gRPC's synchronous server uses one per call).");
+            "the API's threads (gRPC's synchronous server uses one per call). The HTTP API counts its "
+            "generations apart against the same bound (beyond it: 429).");
   flags.Int("max-undelivered-tokens", &max_undelivered_tokens,
             "Tokens a stream may have waiting for a client that does not read; past that the request is "
             "cancelled (RESOURCE_EXHAUSTED) and its KV blocks freed.");
@@ -112,6 +116,16 @@ int main(int argc, char** argv) {
   int64_t drain_timeout_seconds = 30;
   flags.Int("drain-timeout-seconds", &drain_timeout_seconds,
             "On SIGTERM: refuse new requests and let running ones finish for at most this long, then exit.");
+  int64_t http_port = 0, http_threads = 2;
+  std::string http_host, served_model_name;
+  flags.Int("http-port", &http_port,
+            "Port of the OpenAI-compatible HTTP API: /v1/completions, /v1/chat/completions, /v1/models, /health "
+            "(0: disabled; `tessera serve` enables it on 8000).");
+  flags.String("http-host", &http_host, "Address the HTTP API binds to (empty: same as --host).");
+  flags.Int("http-threads", &http_threads, "I/O threads of the HTTP API (connections do not hold threads).");
+  flags.String("served-model-name", &served_model_name,
+               "The model name the HTTP API answers to (\"model\" in requests, /v1/models); empty: the model "
+               "folder's name.");
   flags.Int("metrics-port", &metrics_port, "HTTP port of /metrics, /healthz and /readyz (0: disabled).");
   flags.String("metrics-host", &metrics_host, "Address the metrics port binds to (empty: same as --host).");
   flags.String("log-format", &log_format, "Log lines on stderr: text or json.");
@@ -269,6 +283,60 @@ int main(int argc, char** argv) {
                host.c_str(), bound_port, cluster_host.c_str(), bound_cluster_port,
                static_cast<long long>(tp), static_cast<long long>(replicas));
 
+  // The OpenAI-compatible HTTP API: the same engine, validation and limits as gRPC, its
+  // own --max-concurrent-streams count, and metrics labelled protocol="http".
+  tessera::Admission http_admission(&engine, tokenizer->get(), limits, "http");
+  std::unique_ptr<tessera::ChatTemplate> chat_template;
+  tessera::http::OpenAiServing openai;
+  std::unique_ptr<tessera::http::Router> openai_router;
+  std::unique_ptr<tessera::http::HttpServer> http_server;
+  if (http_port > 0) {
+    if (http_port > 65535 || http_threads < 1) {
+      return Fail(absl::StrCat("--http-port must be in [0, 65535] and --http-threads positive, got ", http_port,
+                               " and ", http_threads));
+    }
+    auto loaded = tessera::http::LoadChatTemplate(model);
+    if (loaded.ok()) {
+      chat_template = std::move(*loaded);
+    } else {
+      openai.chat_template_status = loaded.status();
+      if (!absl::IsNotFound(loaded.status()) && !absl::IsUnimplemented(loaded.status())) {
+        tessera::Log(tessera::LogLevel::kError, "tessera-coordinator", "chat template failed to load",
+                     {{"error", std::string(loaded.status().message())}});
+      }
+    }
+    openai.admission = &http_admission;
+    openai.tokenizer = tokenizer->get();
+    openai.served_model = served_model_name.empty() ? desc.name : served_model_name;
+    openai.created = std::chrono::duration_cast<std::chrono::seconds>(
+                         std::chrono::system_clock::now().time_since_epoch()).count();
+    openai.chat_template = chat_template.get();
+    openai.ready = [&metrics, &engine] { return !engine.draining() && metrics.readiness().Ready().ok; };
+    openai_router = tessera::http::MakeOpenAiRouter(&openai);
+    tessera::http::HttpServerOptions ho;
+    ho.host = http_host.empty() ? host : http_host;
+    ho.port = static_cast<int>(http_port);
+    ho.num_threads = static_cast<int>(http_threads);
+    // A JSON body holds the prompt (or a full context of token ids) plus the other fields.
+    ho.max_body_bytes = static_cast<uint64_t>(max_message);
+    ho.handler = [router = openai_router.get()](std::shared_ptr<tessera::http::HttpExchange> ex) {
+      router->Dispatch(std::move(ex));
+    };
+    ho.error_body = [](int status, const std::string& message) {
+      tessera::http::ApiError e;
+      e.http_status = status;
+      e.type = "invalid_request_error";
+      e.message = message;
+      return tessera::http::Dump(tessera::http::ErrorBody(e));
+    };
+    auto started = tessera::http::HttpServer::Start(std::move(ho));
+    if (!started.ok()) return Fail(std::string(started.status().message()));
+    http_server = std::move(*started);
+    std::fprintf(stderr, "tessera-coordinator: OpenAI-compatible HTTP API on http://%s:%d/v1 (model \"%s\"%s)\n",
+                 (http_host.empty() ? host : http_host).c_str(), http_server->port(), openai.served_model.c_str(),
+                 chat_template != nullptr ? ", chat template loaded" : ", no chat template");
+  }
+
   auto process = std::make_shared<tessera::ProcessCollector>();
   std::unique_ptr<tessera::MetricsHttpServer> metrics_server;
   if (metrics_port > 0) {
@@ -326,8 +394,12 @@ int main(int argc, char** argv) {
   // The grace lets handlers (which poll every 20 ms) write the final message of requests
   // that just finished; idle client connections would otherwise hold it to the end.
   public_server->Shutdown(std::chrono::system_clock::now() + std::chrono::milliseconds(500));
+  // Stopped, not destroyed: the engine's last events still post to its connections. The
+  // grace is the gRPC server's: the final chunks of requests that just finished go out.
+  if (http_server != nullptr) http_server->Stop(std::chrono::milliseconds(500));
   cluster_server->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(1));
   engine.Stop();
+  http_server.reset();
   metrics_server.reset();
   return 0;
 }

@@ -8,7 +8,9 @@ PACKAGES=(
   libgrpc++-dev libgrpc-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler
   libabsl-dev prometheus-cpp-dev nlohmann-json3-dev libgloo-dev libpcre2-dev libutf8proc-dev
   libgtest-dev libgmock-dev libbenchmark-dev
+  libboost-dev  # Boost.Beast/Asio (header-only): the coordinator's HTTP API
   prometheus yamllint python3-grpcio python3-protobuf
+  curl  # the HTTP API's end-to-end tests
   python3-pip
 )
 

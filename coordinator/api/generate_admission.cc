@@ -14,10 +14,10 @@ bool Admission::AcquireStream() {
 }
 
 grpc::Status Admission::TooManyStreams() const {
-  if (EngineMetrics* m = engine_->metrics(); m != nullptr) m->RequestRejected("too_many_streams");
+  if (EngineMetrics* m = engine_->metrics(); m != nullptr) m->RequestRejected("too_many_streams", protocol_);
   return grpc::Status(grpc::StatusCode::RESOURCE_EXHAUSTED,
                       absl::StrCat("the coordinator already serves ", limits_.max_concurrent_streams,
-                                   " Generate/GenerateStream calls (--max-concurrent-streams); retry later"));
+                                   " ", protocol_, " generation calls (--max-concurrent-streams); retry later"));
 }
 
 absl::StatusOr<uint64_t> Admission::Start(const v1::GenerateRequest& request,
@@ -26,7 +26,7 @@ absl::StatusOr<uint64_t> Admission::Start(const v1::GenerateRequest& request,
                                           std::vector<int32_t>* prompt) {
   auto valid = ValidateGenerateRequest(request, *tokenizer_, limits_);
   if (!valid.ok()) {
-    if (EngineMetrics* m = engine_->metrics(); m != nullptr) m->RequestRejected("invalid_argument");
+    if (EngineMetrics* m = engine_->metrics(); m != nullptr) m->RequestRejected("invalid_argument", protocol_);
     return valid.status();
   }
   *request_id = valid->request_id.empty() ? absl::StrCat("req-", next_request_number_.fetch_add(1))
@@ -39,10 +39,11 @@ absl::StatusOr<uint64_t> Admission::Start(const v1::GenerateRequest& request,
   er.sampling = valid->sampling;
   er.stop_strings = std::move(valid->stop_strings);
   er.stream = std::move(stream);
+  er.protocol = protocol_;
   er.deadline = deadline;
   auto seq = engine_->Submit(std::move(er));
   if (!seq.ok()) {
-    if (EngineMetrics* m = engine_->metrics(); m != nullptr) m->RequestRejected("unavailable");
+    if (EngineMetrics* m = engine_->metrics(); m != nullptr) m->RequestRejected("unavailable", protocol_);
   }
   return seq;
 }

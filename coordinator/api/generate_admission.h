@@ -17,13 +17,14 @@
 
 namespace tessera {
 
-// What every Generate/GenerateStream call goes through before its reactor streams: the
+// What every Generate/GenerateStream call (and every OpenAI HTTP generation) goes through before its reactor streams: the
 // --max-concurrent-streams count, validation and tokenization, and Submit. Shared by the
 // reactors, which outlive no Admission (the service owns it and outlives the server).
 class Admission {
  public:
-  Admission(Engine* engine, const Tokenizer* tokenizer, ServingLimits limits)
-      : engine_(engine), tokenizer_(tokenizer), limits_(limits) {}
+  // `protocol` ("grpc" or "http") labels the metrics of what comes through here.
+  Admission(Engine* engine, const Tokenizer* tokenizer, ServingLimits limits, std::string protocol = "grpc")
+      : engine_(engine), tokenizer_(tokenizer), limits_(limits), protocol_(std::move(protocol)) {}
 
   // Counts one call; false (and nothing counted) when --max-concurrent-streams are open.
   bool AcquireStream();
@@ -44,6 +45,7 @@ class Admission {
   Engine* const engine_;
   const Tokenizer* const tokenizer_;
   const ServingLimits limits_;
+  const std::string protocol_;
   std::atomic<uint64_t> next_request_number_{1};
   std::atomic<int> num_active_streams_{0};
 };

@@ -132,14 +132,14 @@ void Engine::Handle(NewRequest& m) {
   live.request = std::move(m.request);
   live.arrival = m.arrival;
   if (schedulers.empty()) {
-    if (options_.metrics != nullptr) options_.metrics->RequestRejected("unavailable");
+    if (options_.metrics != nullptr) options_.metrics->RequestRejected("unavailable", live.request.protocol);
     live.request.stream->Push(RequestEvent::Failure(
         absl::UnavailableError("no model replica is ready: no complete worker group")));
     active_requests_.fetch_sub(1);
     return;
   }
   if (live.request.deadline <= Clock::now()) {
-    if (options_.metrics != nullptr) options_.metrics->RequestAborted("deadline_in_queue");
+    if (options_.metrics != nullptr) options_.metrics->RequestAborted("deadline_in_queue", live.request.protocol);
     live.request.stream->Push(RequestEvent::Failure(
         absl::DeadlineExceededError("the request's deadline passed before it was scheduled")));
     active_requests_.fetch_sub(1);
@@ -169,7 +169,8 @@ void Engine::Handle(NewRequest& m) {
   }
   if (replica == nullptr) {
     if (options_.metrics != nullptr) {
-      options_.metrics->RequestRejected(absl::IsResourceExhausted(refused) ? "queue_full" : "unschedulable");
+      options_.metrics->RequestRejected(absl::IsResourceExhausted(refused) ? "queue_full" : "unschedulable",
+                                        live.request.protocol);
     }
     live.request.stream->Push(RequestEvent::Failure(refused));
     active_requests_.fetch_sub(1);
@@ -413,7 +414,7 @@ bool Engine::Deliver(Replica& r, uint64_t seq_id, RequestEvent event) {
       {{"request_id", live.request.request_id},
        {"undelivered_tokens", int64_t{stream.num_undelivered_tokens()}},
        {"limit", int64_t{stream.max_undelivered_tokens()}}});
-  if (options_.metrics != nullptr) options_.metrics->RequestAborted("client_not_reading");
+  if (options_.metrics != nullptr) options_.metrics->RequestAborted("client_not_reading", live.request.protocol);
   Finish(seq_id, sched::FinishReason::kError,
          absl::ResourceExhaustedError(absl::StrCat(
              "the client did not read its stream: ", stream.max_undelivered_tokens(),
@@ -441,6 +442,7 @@ void Engine::Finish(uint64_t seq_id, sched::FinishReason reason, absl::Status er
   if (options_.metrics != nullptr && !live.warmup) {
     FinishedRequestRecord rec;
     rec.request_id = live.request.request_id;
+    rec.protocol = live.request.protocol;
     rec.replica = live.replica;
     rec.finish_reason = std::string(sched::FinishReasonName(reason));
     rec.prompt_tokens = e.prompt_tokens;
@@ -475,7 +477,9 @@ void Engine::ExpireDeadlines() {
     const bool started = live.scheduled;
     Replica* r = live.replica >= 0 ? replicas_[live.replica].get() : nullptr;
     if (r != nullptr && r->scheduler != nullptr) r->scheduler->Abort(seq_id).IgnoreError();
-    if (options_.metrics != nullptr) options_.metrics->RequestAborted(started ? "deadline" : "deadline_in_queue");
+    if (options_.metrics != nullptr) {
+      options_.metrics->RequestAborted(started ? "deadline" : "deadline_in_queue", live.request.protocol);
+    }
     Finish(seq_id, sched::FinishReason::kCancelled,
            absl::DeadlineExceededError(started ? "the request's deadline passed while it ran"
                                                : "the request's deadline passed before it was scheduled"));

@@ -54,6 +54,9 @@ struct EngineRequest {
   SamplingParams sampling;
   std::vector<std::string> stop_strings;
   std::shared_ptr<RequestStream> stream;
+  // The front door it came through ("grpc" or "http"): the `protocol` label of the
+  // request metrics and a field of the request log.
+  std::string protocol = "grpc";
   // The client's deadline: a request still queued then never starts, a running one stops
   // within the step (DEADLINE_EXCEEDED either way).
   std::chrono::steady_clock::time_point deadline = std::chrono::steady_clock::time_point::max();

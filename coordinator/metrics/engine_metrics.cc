@@ -159,7 +159,11 @@ void EngineMetrics::TokenEmitted(int replica, double seconds_since_previous_toke
 }
 
 void EngineMetrics::RequestFinished(const FinishedRequestRecord& r) {
-  requests_->Add({{"model", config_.model}, {"replica", absl::StrCat(r.replica)}, {"finish_reason", r.finish_reason}})
+  requests_
+      ->Add({{"model", config_.model},
+             {"replica", absl::StrCat(r.replica)},
+             {"finish_reason", r.finish_reason},
+             {"protocol", r.protocol}})
       .Increment();
   if (r.replica < 0) return;
   PerReplica& p = Replica(r.replica);
@@ -193,16 +197,18 @@ void EngineMetrics::UpdateScheduler(int replica, const sched::SchedulerStats& s)
   advance(p.prefix_hits, s.prefix_cache_hit_tokens, p.seen_hits);
 }
 
-void EngineMetrics::RequestRejected(absl::string_view reason) {
-  rejected_->Add({{"model", config_.model}, {"reason", std::string(reason)}}).Increment();
+void EngineMetrics::RequestRejected(absl::string_view reason, absl::string_view protocol) {
+  rejected_->Add({{"model", config_.model}, {"reason", std::string(reason)}, {"protocol", std::string(protocol)}})
+      .Increment();
 }
 
 void EngineMetrics::MembershipEvent(absl::string_view event) {
   membership_->Add({{"model", config_.model}, {"event", std::string(event)}}).Increment();
 }
 
-void EngineMetrics::RequestAborted(absl::string_view reason) {
-  aborted_->Add({{"model", config_.model}, {"reason", std::string(reason)}}).Increment();
+void EngineMetrics::RequestAborted(absl::string_view reason, absl::string_view protocol) {
+  aborted_->Add({{"model", config_.model}, {"reason", std::string(reason)}, {"protocol", std::string(protocol)}})
+      .Increment();
 }
 
 }  // namespace tessera

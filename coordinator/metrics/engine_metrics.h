@@ -31,6 +31,7 @@ struct EngineMetricsConfig {
 // Everything the coordinator knows about one request when it ends.
 struct FinishedRequestRecord {
   std::string request_id;
+  std::string protocol = "grpc";  // The front door: "grpc" or "http".
   int replica = -1;
   std::string finish_reason;  // sched::FinishReasonName().
   int prompt_tokens = 0;
@@ -46,7 +47,7 @@ struct FinishedRequestRecord {
 // The coordinator's Prometheus metrics (names in README.md, "Metrics"). The engine thread
 // reports events; the HTTP server collects the registry from its own threads
 // (prometheus-cpp metrics are atomic). Labels: model on everything, replica where a
-// replica is known.
+// replica is known, protocol (grpc or http) on the request counters.
 class EngineMetrics {
  public:
   explicit EngineMetrics(EngineMetricsConfig config);
@@ -64,10 +65,10 @@ class EngineMetrics {
   void LoopTick() { readiness_.LoopTick(); }
 
   // Any thread: a request refused before it reached a scheduler ("invalid_argument",
-  // "unavailable", "unschedulable").
-  void RequestRejected(absl::string_view reason);
+  // "unavailable", "unschedulable", ...), by the front door it came through.
+  void RequestRejected(absl::string_view reason, absl::string_view protocol);
   // Any thread: an admitted request the server ended early ("client_not_reading").
-  void RequestAborted(absl::string_view reason);
+  void RequestAborted(absl::string_view reason, absl::string_view protocol);
   // Any thread (the cluster manager): workers registered and waiting for a group, and a
   // count of membership events ("registered", "expired", "dissolved", "formed",
   // "form_failed").

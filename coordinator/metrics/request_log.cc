@@ -7,6 +7,7 @@ namespace tessera {
 void LogFinishedRequest(const FinishedRequestRecord& r) {
   if (!LogEnabled(LogLevel::kInfo)) return;
   LogFields fields = {{"request_id", r.request_id},
+                      {"protocol", r.protocol},
                       {"replica", int64_t{r.replica}},
                       {"prompt_tokens", int64_t{r.prompt_tokens}},
                       {"generation_tokens", int64_t{r.generation_tokens}},

@@ -254,6 +254,26 @@ class ChartShapeTest(unittest.TestCase):
         sts = by_kind(objs, "StatefulSet")[0]
         self.assertEqual(sts["spec"]["serviceName"], workers["metadata"]["name"])
 
+    def test_openai_http_port_is_exposed_and_can_be_turned_off(self):
+        objs = objects({})
+        c = component_template(objs, "coordinator")["spec"]["containers"][0]
+        self.assertIn("--http-port=8000", c["args"])
+        self.assertEqual(named_port(c, "http"), 8000)
+        api = {s["metadata"]["name"]: s for s in by_kind(objs, "Service")}[f"{RELEASE}-tessera-coordinator"]
+        http = [p for p in api["spec"]["ports"] if p["name"] == "http"]
+        self.assertEqual(len(http), 1)
+        self.assertEqual((http[0]["port"], http[0]["targetPort"]), (8000, "http"))
+        named = objects({"coordinator": {"httpPort": 8080, "servedModelName": "llama"}})
+        c = component_template(named, "coordinator")["spec"]["containers"][0]
+        self.assertIn("--http-port=8080", c["args"])
+        self.assertIn("--served-model-name=llama", c["args"])
+        off = objects({"coordinator": {"httpPort": 0}})
+        c = component_template(off, "coordinator")["spec"]["containers"][0]
+        self.assertIn("--http-port=0", c["args"])
+        self.assertFalse(any(p["name"] == "http" for p in c["ports"]))
+        api = {s["metadata"]["name"]: s for s in by_kind(off, "Service")}[f"{RELEASE}-tessera-coordinator"]
+        self.assertFalse(any(p["name"] == "http" for p in api["spec"]["ports"]))
+
     def test_network_policies_select_the_pods_and_admit_only_peers(self):
         for name in ("defaults", "multinode_lws", "monitoring"):
             with self.subTest(values=name):
@@ -297,7 +317,10 @@ class ChartShapeTest(unittest.TestCase):
                         worker_ports.update(ports)
                     else:
                         open_ports.update(ports)
-                self.assertEqual(open_ports, {v["coordinator"]["port"], v["coordinator"]["metricsPort"]})
+                api_ports = {v["coordinator"]["port"], v["coordinator"]["metricsPort"]}
+                if v["coordinator"].get("httpPort"):
+                    api_ports.add(v["coordinator"]["httpPort"])
+                self.assertEqual(open_ports, api_ports)
                 self.assertEqual(worker_ports, {v["coordinator"]["clusterPort"], v["coordinator"]["storePort"]})
                 # The coordinator is told the port the policy opens.
                 args = component_template(objs, "coordinator")["spec"]["containers"][0]["args"]

@@ -50,7 +50,8 @@ int ServeMain(int argc, char** argv) {
   int64_t max_num_seqs = 256, block_size = 16, max_num_batched_tokens = 2048, metrics_port = 9400;
   FlagSet flags("tessera serve",
                 "Starts a coordinator and tp x replicas workers on this machine and stops them\n"
-                "all on Ctrl-C (SIGINT) or SIGTERM. Clients connect to --port.");
+                "all on Ctrl-C (SIGINT) or SIGTERM. Clients connect to --port (gRPC) or --http-port\n"
+                "(OpenAI-compatible HTTP).");
   flags.String("model", &model, "Model folder.");
   flags.Int("tp", &tp, "Tensor-parallel ranks per replica.");
   flags.Int("replicas", &replicas, "Replicas.");
@@ -70,6 +71,12 @@ int ServeMain(int argc, char** argv) {
   flags.String("policy", &policy, "Scheduling policy: fcfs or priority.");
   flags.Int("metrics-port", &metrics_port,
             "Coordinator /metrics, /healthz, /readyz port; worker i uses metrics-port + 1 + i (0: off).");
+  int64_t http_port = 8000;
+  std::string served_model_name;
+  flags.Int("http-port", &http_port, "OpenAI-compatible HTTP API port (/v1/completions, /v1/chat/completions, "
+                                     "/v1/models, /health; 0: off).");
+  flags.String("served-model-name", &served_model_name,
+               "Model name of the HTTP API (empty: the model folder's name).");
   flags.String("device", &device, "Worker backend: cpu, cuda (worker i uses cuda:i), or auto.");
   flags.String("communicator", &communicator, "Collectives: auto (shm on one host), gloo or shm.");
   if (auto s = flags.Parse(argc, argv); !s.ok()) {
@@ -104,7 +111,8 @@ int ServeMain(int argc, char** argv) {
                             "--max-num-batched-tokens", absl::StrCat(max_num_batched_tokens),
                             "--policy", policy, "--communicator", communicator,
                             "--quantization", quantization, "--kv-cache-dtype", kv_cache_dtype,
-                            "--metrics-port", absl::StrCat(metrics_port)}));
+                            "--metrics-port", absl::StrCat(metrics_port), "--http-port", absl::StrCat(http_port),
+                            absl::StrCat("--served-model-name=", served_model_name)}));
   for (int w = 0; w < workers; ++w) {
     children.push_back(Spawn({(dir / "tessera-worker").string(), "--coordinator",
                               absl::StrCat("127.0.0.1:", cluster_port), "--threads", absl::StrCat(threads),

@@ -64,7 +64,8 @@ class ServeProcess:
         self.log = open(log_path, "wb")
         self.proc = subprocess.Popen(
             [tessera, "serve", "--model", model, "--tp", str(tp), "--port", str(self.port),
-             "--cluster-port", str(self.cluster_port), "--kv-memory-mb", "16", "--threads", "1"],
+             "--cluster-port", str(self.cluster_port), "--kv-memory-mb", "16", "--threads", "1",
+             "--http-port", "0"],
             stdout=self.log, stderr=subprocess.STDOUT)
         self.children = []
 

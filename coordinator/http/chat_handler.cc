@@ -1,0 +1,102 @@
+#include "coordinator/http/chat_handler.h"
+
+#include <algorithm>
+#include <utility>
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "coordinator/api/request_validation.h"
+#include "coordinator/http/completions_handler.h"
+#include "coordinator/http/generation_call.h"
+#include "coordinator/http/openai_response.h"
+#include "coordinator/metrics/engine_metrics.h"
+
+namespace tessera::http {
+namespace {
+
+void Reject(HttpExchange& exchange, const OpenAiServing& serving, const ApiError& error, const char* reason) {
+  if (EngineMetrics* m = serving.admission->engine()->metrics(); m != nullptr) m->RequestRejected(reason, "http");
+  RespondError(exchange, error);
+}
+
+// Why this server cannot render chat for its model.
+ApiError NoTemplate(const OpenAiServing& serving) {
+  ApiError e;
+  const absl::Status& s = serving.chat_template_status;
+  if (absl::IsUnimplemented(s)) {
+    e.http_status = 501;
+    e.type = "not_implemented";
+    e.message = absl::StrCat("chat completions are not available: this coordinator was built without chat "
+                             "templates (",
+                             s.message(), "); use /v1/completions");
+  } else if (absl::IsNotFound(s) || s.ok()) {
+    e.http_status = 400;
+    e.type = "invalid_request_error";
+    e.param = "messages";
+    e.message = absl::StrCat("the model `", serving.served_model,
+                             "` has no chat template (no chat_template.jinja, no chat_template in "
+                             "tokenizer_config.json), so it cannot take messages; use /v1/completions");
+  } else {
+    e.http_status = 500;
+    e.message = absl::StrCat("the model's chat template failed to load: ", s.message());
+  }
+  return e;
+}
+
+}  // namespace
+
+absl::Status PrepareChatPrompt(const OpenAiServing& serving, const std::string& rendered, OpenAiRequest* request) {
+  const ServingLimits& limits = serving.admission->limits();
+  if (absl::Status s = CheckInputSize("messages", rendered.size(), limits); !s.ok()) {
+    return InvalidParam("messages", absl::StrCat("the rendered chat prompt has ", rendered.size(),
+                                                 " bytes; at most ", limits.max_input_bytes, " (--max-input-bytes)"));
+  }
+  const Tokenizer& tok = *serving.tokenizer;
+  const int32_t bos = tok.bos_id();
+  const std::string bos_text = bos >= 0 ? tok.PieceForId(bos) : std::string();
+  const bool has_bos = !bos_text.empty() && absl::StartsWith(rendered, bos_text);
+  const std::vector<int32_t> ids = tok.Encode(rendered, /*add_special_tokens=*/!has_bos);
+  if (ids.empty()) return InvalidParam("messages", "the rendered chat prompt is empty");
+  v1::GenerateRequest& g = request->generate;
+  g.clear_text();
+  g.mutable_token_ids()->mutable_ids()->Assign(ids.begin(), ids.end());
+  // Chat has no small default like completions' 16: answer until EOS or the context ends.
+  if (!request->max_tokens_set) {
+    g.mutable_stopping()->set_max_new_tokens(
+        static_cast<uint32_t>(std::max(1, limits.max_context - static_cast<int>(ids.size()))));
+  }
+  return absl::OkStatus();
+}
+
+void HandleChatCompletions(std::shared_ptr<HttpExchange> exchange, const OpenAiServing* serving) {
+  auto request = ParseOpenAiRequest(exchange->request().body, Endpoint::kChatCompletions,
+                                    serving->admission->limits().max_logprobs);
+  if (!request.ok()) {
+    Reject(*exchange, *serving, ToApiError(request.status(), Endpoint::kChatCompletions), "invalid_argument");
+    return;
+  }
+  if (!CheckModel(*exchange, *serving, request->model)) return;
+  if (serving->chat_template == nullptr) {
+    Reject(*exchange, *serving, NoTemplate(*serving),
+           absl::IsUnimplemented(serving->chat_template_status) ? "chat_templates_not_built" : "no_chat_template");
+    return;
+  }
+  ChatRenderOptions options;
+  options.add_generation_prompt = true;
+  auto rendered = serving->chat_template->Render(request->messages, options);
+  if (!rendered.ok()) {
+    Reject(*exchange, *serving,
+           ToApiError(InvalidParam("messages", absl::StrCat("the chat template refused the messages: ",
+                                                            rendered.status().message())),
+                      Endpoint::kChatCompletions),
+           "invalid_argument");
+    return;
+  }
+  if (absl::Status s = PrepareChatPrompt(*serving, *rendered, &*request); !s.ok()) {
+    Reject(*exchange, *serving, ToApiError(s, Endpoint::kChatCompletions), "invalid_argument");
+    return;
+  }
+  RunGeneration(std::move(exchange), serving, *std::move(request));
+}
+
+}  // namespace tessera::http

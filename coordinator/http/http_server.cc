@@ -1,0 +1,428 @@
+#include "coordinator/http/http_server.h"
+
+#include <sys/socket.h>
+
+#include <cerrno>
+
+#include <array>
+#include <atomic>
+#include <chrono>
+#include <deque>
+#include <optional>
+#include <sstream>
+#include <thread>
+#include <utility>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "boost/asio.hpp"
+#include "boost/beast/core.hpp"
+#include "boost/beast/http.hpp"
+#include "common/logging.h"
+#include "coordinator/http/sse_writer.h"
+
+namespace tessera::http {
+namespace {
+
+namespace beast = boost::beast;
+namespace net = boost::asio;
+namespace bhttp = boost::beast::http;
+using tcp = net::ip::tcp;
+
+class Session final : public HttpExchange, public std::enable_shared_from_this<Session> {
+ public:
+  Session(tcp::socket socket, const HttpServerOptions* options, std::atomic<int>* num_active_exchanges)
+      : stream_(std::move(socket)), options_(options), num_active_exchanges_(num_active_exchanges) {}
+
+  void Start() {
+    net::dispatch(stream_.get_executor(), [self = shared_from_this()] { self->DoRead(); });
+  }
+
+  const HttpRequest& request() const override { return request_; }
+
+  void Post(std::function<void()> fn) override {
+    net::post(stream_.get_executor(), [self = shared_from_this(), fn = std::move(fn)] { fn(); });
+  }
+
+  void Respond(int status, std::string body, std::string content_type,
+               std::vector<std::pair<std::string, std::string>> headers) override {
+    if (!in_exchange_ || started_) return;
+    started_ = true;
+    status_ = status;
+    bhttp::response<bhttp::string_body> res;
+    res.version(11);
+    res.result(static_cast<unsigned>(status));
+    res.set(bhttp::field::server, "tessera");
+    res.set(bhttp::field::content_type, content_type);
+    for (auto& [name, value] : headers) res.set(name, value);
+    res.keep_alive(keep_alive_);
+    res.body() = std::move(body);
+    res.prepare_payload();
+    std::ostringstream out;
+    out << res;
+    Enqueue({out.str(), nullptr, /*last=*/true});
+  }
+
+  void StartStream(int status, std::string content_type) override {
+    if (!in_exchange_ || started_) return;
+    started_ = true;
+    status_ = status;
+    bhttp::response<bhttp::empty_body> res;
+    res.version(11);
+    res.result(static_cast<unsigned>(status));
+    res.set(bhttp::field::server, "tessera");
+    res.set(bhttp::field::content_type, content_type);
+    res.set(bhttp::field::cache_control, "no-cache");
+    // Proxies that buffer (nginx) would hold the events back.
+    res.set("X-Accel-Buffering", "no");
+    res.keep_alive(keep_alive_);
+    res.chunked(true);
+    std::ostringstream out;
+    out << res.base();
+    Enqueue({out.str(), nullptr, /*last=*/false});
+  }
+
+  void Write(std::string data, std::function<void(bool)> done) override {
+    Enqueue({HttpChunk(data), std::move(done), /*last=*/false});
+  }
+
+  void EndStream() override { Enqueue({HttpLastChunk(), nullptr, /*last=*/true}); }
+
+  void OnClientGone(std::function<void()> fn) override {
+    if (in_exchange_) client_gone_ = std::move(fn);
+  }
+
+  void Abort() override {
+    client_gone_ = nullptr;
+    Gone();
+  }
+
+ private:
+  struct Piece {
+    std::string bytes;
+    std::function<void(bool)> done;
+    bool last = false;  // Ends the exchange.
+  };
+
+  void DoRead() {
+    parser_.emplace();
+    parser_->body_limit(options_->max_body_bytes);
+    parser_->header_limit(64 << 10);
+    stream_.expires_after(std::chrono::seconds(options_->idle_timeout_seconds));
+    bhttp::async_read_header(stream_, buffer_, *parser_,
+                             [self = shared_from_this()](beast::error_code ec, size_t) { self->OnHeader(ec); });
+  }
+
+  // The header alone first: a client that sent `Expect: 100-continue` (curl does for
+  // bodies over 1 KiB) waits for the interim answer before it sends the body, and a body
+  // over the limit is refused from its Content-Length before any of it is sent.
+  void OnHeader(beast::error_code ec) {
+    if (gone_) return;
+    if (ec) {
+      OnRead(ec);
+      return;
+    }
+    auto read_body = [self = shared_from_this()] {
+      bhttp::async_read(self->stream_, self->buffer_, *self->parser_,
+                        [self](beast::error_code ec, size_t) { self->OnRead(ec); });
+    };
+    if (beast::iequals(parser_->get()[bhttp::field::expect], "100-continue")) {
+      static const std::string kContinue = "HTTP/1.1 100 Continue\r\n\r\n";
+      net::async_write(stream_, net::buffer(kContinue),
+                       [self = shared_from_this(), read_body](beast::error_code ec, size_t) {
+                         if (ec) {
+                           self->Gone();
+                           return;
+                         }
+                         read_body();
+                       });
+      return;
+    }
+    read_body();
+  }
+
+  void OnRead(beast::error_code ec) {
+    if (gone_) return;
+    stream_.expires_never();
+    if (ec == bhttp::error::body_limit) {
+      // Answered at once, from the Content-Length: the rest of the body is never parsed.
+      RespondAndClose(413, absl::StrCat("the request body exceeds ", options_->max_body_bytes,
+                                        " bytes (--max-input-bytes)"));
+      return;
+    }
+    if (ec == bhttp::error::header_limit) {
+      RespondAndClose(431, "the request headers exceed 64 KiB");
+      return;
+    }
+    if (ec.category() == beast::http::make_error_code(bhttp::error::bad_target).category() &&
+        ec != bhttp::error::end_of_stream && ec != bhttp::error::partial_message) {
+      // Not HTTP/1.x: say so rather than drop the connection without a word.
+      RespondAndClose(400, absl::StrCat("malformed HTTP request: ", ec.message()));
+      return;
+    }
+    if (ec) {
+      // End of stream, idle timeout, or a reset: nothing to answer.
+      Gone();
+      return;
+    }
+    bhttp::request<bhttp::string_body>& msg = parser_->get();
+    request_.method = std::string(msg.method_string());
+    const beast::string_view target = msg.target();
+    request_.path = std::string(target.substr(0, target.find('?')));
+    request_.body = std::move(msg.body());
+    keep_alive_ = msg.keep_alive();
+    SetInExchange(true);
+    started_ = false;
+    status_ = 0;
+    start_ = std::chrono::steady_clock::now();
+    ++exchange_id_;
+    WatchForClose();
+    options_->handler(shared_from_this());
+  }
+
+  // An error the server answers by itself, before any handler; the connection closes.
+  void RespondAndClose(int status, const std::string& message) {
+    SetInExchange(true);
+    started_ = false;
+    keep_alive_ = false;
+    request_ = HttpRequest{};
+    start_ = std::chrono::steady_clock::now();
+    Respond(status, options_->error_body(status, message), "application/json", {});
+  }
+
+  // While a request runs the client sends nothing more (no pipelining in practice), so
+  // the socket turning readable with no bytes means it closed: the request is cancelled
+  // at once instead of at its next write, and a unary request or one still queued frees
+  // its slot too.
+  void WatchForClose() {
+    stream_.socket().async_wait(tcp::socket::wait_read,
+                                [self = shared_from_this(), id = exchange_id_](beast::error_code ec) {
+                                  if (id != self->exchange_id_ || !self->in_exchange_) return;
+                                  if (ec == net::error::operation_aborted) return;
+                                  if (ec) {
+                                    self->Gone();
+                                    return;
+                                  }
+                                  // The reactor can report readiness spuriously (edge-triggered
+                                  // epoll), so ask the socket: 0 is the peer's FIN, EAGAIN a false
+                                  // alarm (watch again), bytes a pipelined request (read after this
+                                  // one), any other error a reset.
+                                  char byte;
+                                  const ssize_t n = ::recv(self->stream_.socket().native_handle(), &byte, 1,
+                                                           MSG_PEEK | MSG_DONTWAIT);
+                                  if (n == 0 || (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR)) {
+                                    self->Gone();
+                                  } else if (n < 0) {
+                                    self->WatchForClose();
+                                  }
+                                });
+  }
+
+  void Enqueue(Piece piece) {
+    if (gone_) {
+      if (piece.done) Post([done = std::move(piece.done)] { done(false); });
+      return;
+    }
+    queue_.push_back(std::move(piece));
+    if (!writing_) WriteNext();
+  }
+
+  void WriteNext() {
+    if (queue_.empty()) {
+      writing_ = false;
+      return;
+    }
+    writing_ = true;
+    net::async_write(stream_, net::buffer(queue_.front().bytes),
+                     [self = shared_from_this()](beast::error_code ec, size_t) { self->OnWritten(ec); });
+  }
+
+  void OnWritten(beast::error_code ec) {
+    if (gone_ || queue_.empty()) return;
+    Piece piece = std::move(queue_.front());
+    queue_.pop_front();
+    if (ec) {
+      writing_ = false;
+      if (piece.done) piece.done(false);
+      Gone();
+      return;
+    }
+    if (piece.done) piece.done(true);
+    if (piece.last) {
+      EndExchange();
+      return;
+    }
+    WriteNext();
+  }
+
+  // Keeps the server's count of exchanges in flight, which Stop waits for.
+  void SetInExchange(bool in) {
+    if (in == in_exchange_) return;
+    in_exchange_ = in;
+    num_active_exchanges_->fetch_add(in ? 1 : -1);
+  }
+
+  // One line per request: the HTTP side of the request log (the engine logs what it
+  // generated). Health probes only at debug level, they come every few seconds.
+  void LogExchange(bool client_gone) {
+    const LogLevel level = request_.path == "/health" ? LogLevel::kDebug : LogLevel::kInfo;
+    if (!LogEnabled(level)) return;
+    const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count();
+    Log(level, "tessera-coordinator", client_gone ? "http request: client went away" : "http request",
+        {{"protocol", std::string("http")},
+         {"method", request_.method},
+         {"path", request_.path},
+         {"status", int64_t{status_}},
+         {"duration_seconds", seconds}});
+  }
+
+  void EndExchange() {
+    LogExchange(/*client_gone=*/false);
+    SetInExchange(false);
+    writing_ = false;
+    client_gone_ = nullptr;
+    ++exchange_id_;
+    beast::error_code ignored;
+    stream_.socket().cancel(ignored);  // The close watch.
+    if (!keep_alive_) {
+      stream_.socket().shutdown(tcp::socket::shutdown_send, ignored);
+      gone_ = true;
+      // Read (and drop) what the client still sends before closing: closing with unread
+      // bytes resets the connection, and a client still sending a body refused with 413
+      // would see the reset instead of the answer.
+      stream_.expires_after(std::chrono::seconds(5));
+      Linger();
+      return;
+    }
+    DoRead();
+  }
+
+  void Linger() {
+    stream_.async_read_some(net::buffer(drain_), [self = shared_from_this()](beast::error_code ec, size_t) {
+      if (ec) {
+        self->stream_.close();
+        return;
+      }
+      self->Linger();
+    });
+  }
+
+  // The connection is over: tell the handler (once) and fail what was queued.
+  void Gone() {
+    if (gone_) return;
+    gone_ = true;
+    const bool was_in_exchange = in_exchange_;
+    if (was_in_exchange) LogExchange(/*client_gone=*/true);
+    SetInExchange(false);
+    std::function<void()> client_gone = std::move(client_gone_);
+    client_gone_ = nullptr;
+    std::deque<Piece> queue = std::move(queue_);
+    queue_.clear();
+    beast::error_code ignored;
+    stream_.socket().shutdown(tcp::socket::shutdown_both, ignored);
+    stream_.close();
+    for (Piece& p : queue) {
+      if (p.done) p.done(false);
+    }
+    if (was_in_exchange && client_gone) client_gone();
+  }
+
+  beast::tcp_stream stream_;
+  const HttpServerOptions* const options_;
+  std::atomic<int>* const num_active_exchanges_;
+  beast::flat_buffer buffer_;
+  std::optional<bhttp::request_parser<bhttp::string_body>> parser_;
+  HttpRequest request_;
+  bool keep_alive_ = true;
+  bool in_exchange_ = false;  // A request was read and is not answered yet.
+  bool started_ = false;      // Respond or StartStream was called for it.
+  int status_ = 0;            // What it was answered with (0: nothing yet).
+  std::chrono::steady_clock::time_point start_ = std::chrono::steady_clock::now();
+  bool writing_ = false;
+  bool gone_ = false;
+  uint64_t exchange_id_ = 0;
+  std::deque<Piece> queue_;
+  std::function<void()> client_gone_;
+  std::array<char, 16384> drain_;  // Linger's scratch.
+};
+
+}  // namespace
+
+struct HttpServer::Impl {
+  explicit Impl(HttpServerOptions o) : options(std::move(o)), ioc(options.num_threads), acceptor(ioc) {}
+
+  void Accept() {
+    acceptor.async_accept(net::make_strand(ioc), [this](beast::error_code ec, tcp::socket socket) {
+      if (!acceptor.is_open()) return;
+      if (!ec) {
+        beast::error_code ignored;
+        socket.set_option(tcp::no_delay(true), ignored);  // SSE events are small and latency matters.
+        // A fixed send buffer instead of the kernel's autotuning (up to tcp_wmem's 4 MB): a
+        // client that stops reading then blocks the stream's writes after this much, so the
+        // RequestStream bound (--max-undelivered-tokens) ends its request, as HTTP/2 flow
+        // control does for gRPC, instead of megabytes per connection piling up in the kernel.
+        if (options.send_buffer_bytes > 0) {
+          socket.set_option(net::socket_base::send_buffer_size(options.send_buffer_bytes), ignored);
+        }
+        std::make_shared<Session>(std::move(socket), &options, &num_active_exchanges)->Start();
+      }
+      Accept();
+    });
+  }
+
+  HttpServerOptions options;
+  net::io_context ioc;
+  tcp::acceptor acceptor;
+  std::vector<std::thread> threads;
+  std::atomic<int> num_active_exchanges{0};
+  int port = 0;
+  bool stopped = false;
+};
+
+HttpServer::HttpServer(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+
+HttpServer::~HttpServer() { Stop(); }
+
+int HttpServer::port() const { return impl_->port; }
+
+absl::StatusOr<std::unique_ptr<HttpServer>> HttpServer::Start(HttpServerOptions options) {
+  if (!options.handler || !options.error_body) return absl::InvalidArgumentError("HttpServer needs a handler");
+  auto impl = std::make_unique<Impl>(std::move(options));
+  beast::error_code ec;
+  const net::ip::address address = net::ip::make_address(impl->options.host, ec);
+  if (ec) return absl::InvalidArgumentError(absl::StrCat("bad HTTP host ", impl->options.host, ": ", ec.message()));
+  const tcp::endpoint endpoint(address, static_cast<uint16_t>(impl->options.port));
+  impl->acceptor.open(endpoint.protocol(), ec);
+  if (!ec) impl->acceptor.set_option(net::socket_base::reuse_address(true), ec);
+  if (!ec) impl->acceptor.bind(endpoint, ec);
+  if (!ec) impl->acceptor.listen(net::socket_base::max_listen_connections, ec);
+  if (ec) {
+    return absl::UnavailableError(
+        absl::StrCat("cannot listen on ", impl->options.host, ":", impl->options.port, ": ", ec.message()));
+  }
+  impl->port = impl->acceptor.local_endpoint().port();
+  impl->Accept();
+  for (int i = 0; i < std::max(1, impl->options.num_threads); ++i) {
+    impl->threads.emplace_back([ioc = &impl->ioc] { ioc->run(); });
+  }
+  return std::unique_ptr<HttpServer>(new HttpServer(std::move(impl)));
+}
+
+void HttpServer::Stop(std::chrono::milliseconds grace) {
+  if (impl_->stopped) return;
+  impl_->stopped = true;
+  net::post(impl_->ioc, [impl = impl_.get()] {
+    beast::error_code ignored;
+    impl->acceptor.close(ignored);
+  });
+  // Answers whose last bytes are still being written (a drained request's final chunk and
+  // [DONE]) get `grace` to go out; idle keep-alive connections do not hold it up.
+  const auto deadline = std::chrono::steady_clock::now() + grace;
+  while (impl_->num_active_exchanges.load() > 0 && std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  impl_->ioc.stop();
+  for (std::thread& t : impl_->threads) t.join();
+}
+
+}  // namespace tessera::http

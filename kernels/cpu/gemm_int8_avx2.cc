@@ -32,9 +32,6 @@ struct V {
   static inline IReg IZero() { return _mm256_setzero_si256(); }
   static inline IReg IAdd(IReg a, IReg b) { return _mm256_add_epi32(a, b); }
   static inline FReg FZero() { return _mm256_setzero_ps(); }
-  static inline void Prefetch(const uint8_t* p) {
-    _mm_prefetch(reinterpret_cast<const char*>(p), _MM_HINT_T0);
-  }
   static inline IReg LoadW8(const uint8_t* unit, int half) {
     return _mm256_cvtepi8_epi16(
         _mm_loadu_si128(reinterpret_cast<const __m128i*>(unit + 16 * half)));

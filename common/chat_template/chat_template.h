@@ -1,8 +1,10 @@
 #ifndef TESSERA_COMMON_CHAT_TEMPLATE_CHAT_TEMPLATE_H_
 #define TESSERA_COMMON_CHAT_TEMPLATE_CHAT_TEMPLATE_H_
 
+#include <chrono>
 #include <filesystem>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -21,6 +23,12 @@ struct ChatMessage {
 struct ChatRenderOptions {
   // Appends the template's opening of an assistant turn (HF's add_generation_prompt).
   bool add_generation_prompt = true;
+  // The clock behind the template's strftime_now() (local time, as Hugging Face's
+  // datetime.now()); unset means now. Tests fix it.
+  std::optional<std::chrono::system_clock::time_point> now;
+  // Passed as the template variable `date_string` when set (Llama 3.x templates print
+  // it as "Today Date"); Hugging Face leaves it undefined by default.
+  std::optional<std::string> date_string;
 };
 
 class ChatTemplate {

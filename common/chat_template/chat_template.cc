@@ -8,6 +8,7 @@
 #include "common/chat_template/jinja_builtins.h"
 #include "common/chat_template/jinja_eval.h"
 #include "common/chat_template/jinja_parser.h"
+#include "common/chat_template/jinja_text.h"
 #include "common/file_util.h"
 #include "common/status_macros.h"
 #include "nlohmann/json.hpp"
@@ -27,6 +28,26 @@ std::string FormatTime(std::chrono::system_clock::time_point now, const std::str
   const size_t n = std::strftime(out.data(), out.size(), format.c_str(), &local);
   out.resize(n);
   return out;
+}
+
+// Hugging Face's continue_final_message: cut the prompt after the last occurrence of the
+// final message's content (stripped, since templates often trim it), keeping its leading
+// whitespace as the template wrote it and its trailing whitespace only if the template kept it.
+absl::StatusOr<std::string> CutAfterFinalMessage(std::string rendered, const std::string& final_content) {
+  const std::string stripped = jinja::PyStrip(final_content, std::nullopt, true, true);
+  const size_t at = rendered.rfind(stripped);
+  if (at == std::string::npos) {
+    return absl::InvalidArgumentError(
+        "continue_final_message is set but the final message does not appear in the prompt the chat template "
+        "renders");
+  }
+  const std::string lstripped = jinja::PyStrip(final_content, std::nullopt, true, false);
+  if (rendered.compare(at, lstripped.size(), final_content) == 0) {
+    rendered.resize(at + lstripped.size());
+  } else {
+    rendered.resize(at + stripped.size());
+  }
+  return rendered;
 }
 
 class JinjaChatTemplate : public ChatTemplate {
@@ -57,8 +78,16 @@ class JinjaChatTemplate : public ChatTemplate {
           if (format == nullptr || !format->is_string()) return absl::InvalidArgumentError("strftime_now(format) takes a string");
           return Value(FormatTime(now, format->as_string()));
         });
+    if (options.continue_final_message && options.add_generation_prompt) {
+      return absl::InvalidArgumentError("continue_final_message and add_generation_prompt are mutually exclusive");
+    }
+    if (options.continue_final_message && messages.empty()) {
+      return absl::InvalidArgumentError("continue_final_message needs at least one message");
+    }
     jinja::Interpreter interpreter(jinja::RenderLimits{}, std::move(globals));
-    return interpreter.Render(program_);
+    absl::StatusOr<std::string> rendered = interpreter.Render(program_);
+    if (!rendered.ok() || !options.continue_final_message) return rendered;
+    return CutAfterFinalMessage(*std::move(rendered), messages.back().content);
   }
 
  private:
@@ -103,16 +132,42 @@ absl::StatusOr<std::unique_ptr<ChatTemplate>> ChatTemplate::FromSource(std::stri
       new JinjaChatTemplate(std::move(program), std::move(bos_token), std::move(eos_token)));
 }
 
-absl::StatusOr<std::unique_ptr<ChatTemplate>> ChatTemplate::Load(const std::filesystem::path& dir) {
-  nlohmann::json config = nlohmann::json::object();
+namespace {
+
+// tokenizer_config.json of `dir` as an object; empty when the file is absent.
+absl::StatusOr<nlohmann::json> LoadTokenizerConfig(const std::filesystem::path& dir) {
   const std::filesystem::path config_path = dir / "tokenizer_config.json";
-  if (std::filesystem::exists(config_path)) {
-    ASSIGN_OR_RETURN(std::string text, ReadFileToString(config_path));
-    config = nlohmann::json::parse(text, nullptr, /*allow_exceptions=*/false);
-    if (config.is_discarded() || !config.is_object()) {
-      return absl::InvalidArgumentError(absl::StrCat(config_path.string(), ": not a JSON object"));
-    }
+  if (!std::filesystem::exists(config_path)) return nlohmann::json::object();
+  ASSIGN_OR_RETURN(std::string text, ReadFileToString(config_path));
+  nlohmann::json config = nlohmann::json::parse(text, nullptr, /*allow_exceptions=*/false);
+  if (config.is_discarded() || !config.is_object()) {
+    return absl::InvalidArgumentError(absl::StrCat(config_path.string(), ": not a JSON object"));
   }
+  return config;
+}
+
+absl::StatusOr<std::unique_ptr<ChatTemplate>> FromSourceNamingOrigin(std::string source, const nlohmann::json& config,
+                                                                     const std::filesystem::path& origin) {
+  absl::StatusOr<std::unique_ptr<ChatTemplate>> loaded = ChatTemplate::FromSource(
+      std::move(source), TokenString(config, "bos_token"), TokenString(config, "eos_token"));
+  if (!loaded.ok()) {
+    return absl::Status(loaded.status().code(), absl::StrCat(origin.string(), ": ", loaded.status().message()));
+  }
+  return loaded;
+}
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<ChatTemplate>> ChatTemplate::LoadOverride(const std::filesystem::path& dir,
+                                                                         const std::filesystem::path& template_file) {
+  ASSIGN_OR_RETURN(nlohmann::json config, LoadTokenizerConfig(dir));
+  ASSIGN_OR_RETURN(std::string source, ReadFileToString(template_file));
+  return FromSourceNamingOrigin(std::move(source), config, template_file);
+}
+
+absl::StatusOr<std::unique_ptr<ChatTemplate>> ChatTemplate::Load(const std::filesystem::path& dir) {
+  ASSIGN_OR_RETURN(nlohmann::json config, LoadTokenizerConfig(dir));
+  const std::filesystem::path config_path = dir / "tokenizer_config.json";
   std::string source;
   std::filesystem::path origin;
   const std::filesystem::path jinja_path = dir / "chat_template.jinja";
@@ -136,12 +191,7 @@ absl::StatusOr<std::unique_ptr<ChatTemplate>> ChatTemplate::Load(const std::file
                                             " has no chat template (no chat_template.jinja and no chat_template "
                                             "in tokenizer_config.json)"));
   }
-  absl::StatusOr<std::unique_ptr<ChatTemplate>> loaded =
-      FromSource(std::move(source), TokenString(config, "bos_token"), TokenString(config, "eos_token"));
-  if (!loaded.ok()) {
-    return absl::Status(loaded.status().code(), absl::StrCat(origin.string(), ": ", loaded.status().message()));
-  }
-  return loaded;
+  return FromSourceNamingOrigin(std::move(source), config, origin);
 }
 
 }  // namespace tessera

@@ -23,6 +23,10 @@ struct ChatMessage {
 struct ChatRenderOptions {
   // Appends the template's opening of an assistant turn (HF's add_generation_prompt).
   bool add_generation_prompt = true;
+  // Ends the prompt right after the final message's content, cutting what the template
+  // writes after it (its end-of-turn marker), so the model continues that message
+  // (Hugging Face's continue_final_message). Needs add_generation_prompt false.
+  bool continue_final_message = false;
   // The clock behind the template's strftime_now() (local time, as Hugging Face's
   // datetime.now()); unset means now. Tests fix it.
   std::optional<std::chrono::system_clock::time_point> now;
@@ -44,6 +48,11 @@ class ChatTemplate {
   static absl::StatusOr<std::unique_ptr<ChatTemplate>> FromSource(std::string source,
                                                                   std::string bos_token,
                                                                   std::string eos_token);
+
+  // The template in `template_file` (Jinja source) with the bos/eos token strings of the
+  // model folder `dir`: the coordinator's --chat-template override.
+  static absl::StatusOr<std::unique_ptr<ChatTemplate>> LoadOverride(const std::filesystem::path& dir,
+                                                                    const std::filesystem::path& template_file);
 
   virtual ~ChatTemplate() = default;
 

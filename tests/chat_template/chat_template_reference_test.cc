@@ -37,7 +37,8 @@ TEST_F(ReferenceTest, EveryCaseMatchesJinja2ByteForByte) {
   int checked = 0;
   for (const nlohmann::json& c : expected["cases"]) {
     const std::string name = c["template"].get<std::string>() + " / " + c["messages"].get<std::string>() +
-                             (c["add_generation_prompt"].get<bool>() ? " / generation prompt" : "");
+                             (c["add_generation_prompt"].get<bool>() ? " / generation prompt" : "") +
+                             (c["continue_final_message"].get<bool>() ? " / continue final message" : "");
     SCOPED_TRACE(name);
     absl::StatusOr<std::string> source = ReadFileToString(kTestData / c["template"].get<std::string>());
     ASSERT_TRUE(source.ok()) << source.status();
@@ -49,6 +50,7 @@ TEST_F(ReferenceTest, EveryCaseMatchesJinja2ByteForByte) {
     }
     ChatRenderOptions options;
     options.add_generation_prompt = c["add_generation_prompt"];
+    options.continue_final_message = c["continue_final_message"];
     options.now = FixedNow();
     absl::StatusOr<std::string> rendered = (*tmpl)->Render(messages, options);
     if (c.contains("output")) {
@@ -57,7 +59,9 @@ TEST_F(ReferenceTest, EveryCaseMatchesJinja2ByteForByte) {
     } else {
       ASSERT_FALSE(rendered.ok()) << "jinja2 failed with: " << c["error"] << "\nTessera rendered: " << *rendered;
       EXPECT_EQ(rendered.status().code(), absl::StatusCode::kInvalidArgument);
-      if (c["raised"].get<bool>()) EXPECT_EQ(rendered.status().message(), c["error"].get<std::string>());
+      if (c["raised"].get<bool>()) {
+        EXPECT_EQ(rendered.status().message(), c["error"].get<std::string>());
+      }
     }
     ++checked;
   }

@@ -72,7 +72,22 @@ MESSAGE_SETS = {
     "no_messages": [],
     "roles_not_alternating": [m("user", "first"), m("user", "second")],
     "tool_result": [m("user", "Weather?"), m("tool", "{\"temp\": 21}")],
+    "assistant_prefill": [m("user", "Write a haiku."), m("assistant", "  Autumn moon rises \n")],
 }
+
+# Message sets also rendered with continue_final_message (their last turn is the assistant's).
+CONTINUE_SETS = ("assistant_prefill", "multi_turn")
+
+
+def continue_final_message(rendered, final_message):
+    """transformers' apply_chat_template post-processing for continue_final_message=True."""
+    if final_message.strip() not in rendered:
+        raise jinja2.exceptions.TemplateError(
+            "continue_final_message is set but the final message does not appear in the prompt")
+    final_msg_loc = rendered.rindex(final_message.strip())
+    if rendered[final_msg_loc: final_msg_loc + len(final_message.lstrip())] == final_message:
+        return rendered[: final_msg_loc + len(final_message.lstrip())]
+    return rendered[: final_msg_loc + len(final_message.strip())]
 
 
 def hf_environment():
@@ -100,11 +115,15 @@ def render_all():
             source = f.read()
         template = env.from_string(source)
         for set_name, messages in MESSAGE_SETS.items():
-            for add_generation_prompt in (True, False):
+            modes = [(True, False), (False, False)]
+            if set_name in CONTINUE_SETS:
+                modes.append((False, True))
+            for add_generation_prompt, continue_final in modes:
                 case = {
                     "template": name,
                     "messages": set_name,
                     "add_generation_prompt": add_generation_prompt,
+                    "continue_final_message": continue_final,
                     "bos_token": bos,
                     "eos_token": eos,
                 }
@@ -114,6 +133,8 @@ def render_all():
                     kwargs["bos_token"] = bos
                 try:
                     case["output"] = template.render(**kwargs)
+                    if continue_final:
+                        case["output"] = continue_final_message(case["output"], messages[-1]["content"])
                 except jinja2.exceptions.TemplateError as e:
                     case["error"] = str(e)
                     # raise_exception raises TemplateError itself; the engine's own errors

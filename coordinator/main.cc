@@ -15,6 +15,7 @@
 #include "common/metrics/http_server.h"
 #include "common/metrics/process_collector.h"
 #include "common/model_config.h"
+#include "common/chat_template/chat_template.h"
 #include "common/checkpoint_quantization.h"
 #include "common/quantization.h"
 #include "common/tokenizer/tokenizer.h"
@@ -53,6 +54,7 @@ int main(int argc, char** argv) {
   int64_t metrics_port = 9400;
   std::string metrics_host, log_format = "text", log_level = "info";
   std::string generation_config = "auto";
+  std::string chat_template_file;
   tessera::FlagSet flags("tessera-coordinator",
                          "Serves tessera.v1.Generation over gRPC and drives tensor-parallel worker\n"
                          "groups: workers register on the cluster port and are formed into\n"
@@ -86,6 +88,9 @@ int main(int argc, char** argv) {
   flags.String("generation-config", &generation_config,
                "Request defaults and extra stop ids: auto (the model folder's generation_config.json, "
                "when it has one), none (Tessera's defaults), or a folder holding generation_config.json.");
+  flags.String("chat-template", &chat_template_file,
+               "Jinja file that turns GenerateRequest.messages into the prompt, instead of the model's own "
+               "template (chat_template.jinja or tokenizer_config.json's chat_template).");
   flags.Float("router-load-weight", &load_weight, "Router: blocks of load worth one block of prefill.");
   flags.Int("heartbeat-ms", &heartbeat_ms, "Interval of worker health probes.");
   flags.Int("collective-timeout-ms", &collective_timeout_ms, "Timeout of every collective on the workers.");
@@ -153,6 +158,23 @@ int main(int argc, char** argv) {
       config->num_hidden_layers, config->num_key_value_heads, config->head_dim, kv_dtype);
   auto tokenizer = tessera::Tokenizer::Load(model);
   if (!tokenizer.ok()) return Fail(std::string(tokenizer.status().message()));
+  // Loaded once: every `messages` request renders with it. Without one, such requests get
+  // FAILED_PRECONDITION while text and token_ids serve as before.
+  std::unique_ptr<tessera::ChatTemplate> chat_template;
+  if (!chat_template_file.empty()) {
+    auto loaded = tessera::ChatTemplate::LoadOverride(model, chat_template_file);
+    if (!loaded.ok()) return Fail(absl::StrCat("--chat-template: ", loaded.status().message()));
+    chat_template = *std::move(loaded);
+  } else if (auto loaded = tessera::ChatTemplate::Load(model); loaded.ok()) {
+    chat_template = *std::move(loaded);
+  } else if (loaded.status().code() == absl::StatusCode::kNotFound) {
+    tessera::Log(tessera::LogLevel::kInfo, "tessera-coordinator",
+                 "the model has no chat template; messages input will be refused (see --chat-template)");
+  } else {
+    tessera::Log(tessera::LogLevel::kWarning, "tessera-coordinator",
+                 "the model's chat template does not load; messages input will be refused (see --chat-template)",
+                 {{"error", std::string(loaded.status().message())}});
+  }
   tessera::GenerationConfig defaults;
   if (generation_config != "none") {
     auto loaded = tessera::GenerationConfig::LoadIfPresent(
@@ -229,7 +251,7 @@ int main(int argc, char** argv) {
                                  tessera::DTypeName(config->torch_dtype), static_cast<int>(tp),
                                  static_cast<int>(replicas), static_cast<int>(block_size),
                                  reported_quantization, kv_dtype_name, kv_bytes_per_token};
-  tessera::GenerationServiceImpl api(&engine, tokenizer->get(), limits, desc);
+  tessera::GenerationServiceImpl api(&engine, tokenizer->get(), limits, desc, chat_template.get());
   api.set_pending_workers([cluster = cluster->get()] { return cluster->PendingWorkers(); });
 
   grpc::EnableDefaultHealthCheckService(true);

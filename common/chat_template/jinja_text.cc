@@ -148,28 +148,59 @@ bool IsCased(char32_t c) {
   return cat == UTF8PROC_CATEGORY_LU || cat == UTF8PROC_CATEGORY_LL || cat == UTF8PROC_CATEGORY_LT;
 }
 
-template <typename F>
-std::string MapCodePoints(absl::string_view s, F f) {
-  std::string out;
-  out.reserve(s.size());
-  for (char32_t c : DecodeUtf8(s)) AppendUtf8(f(c), &out);
-  return out;
-}
-
 char32_t Upper(char32_t c) { return static_cast<char32_t>(utf8proc_toupper(static_cast<utf8proc_int32_t>(c))); }
 char32_t Lower(char32_t c) { return static_cast<char32_t>(utf8proc_tolower(static_cast<utf8proc_int32_t>(c))); }
 char32_t Title(char32_t c) { return static_cast<char32_t>(utf8proc_totitle(static_cast<utf8proc_int32_t>(c))); }
 
+// Python applies Unicode's SpecialCasing, where one letter maps to several; utf8proc has
+// only the one-to-one mappings. The common ones: ß and the Latin ligatures, and İ.
+enum class Case { kUpper, kLower, kTitle };
+bool AppendSpecialCase(char32_t c, Case to, std::string* out) {
+  struct Special {
+    char32_t c;
+    const char* upper;
+    const char* title;
+  };
+  static constexpr Special kSpecial[] = {
+      {0x00DF, "SS", "Ss"},   {0xFB00, "FF", "Ff"},   {0xFB01, "FI", "Fi"},  {0xFB02, "FL", "Fl"},
+      {0xFB03, "FFI", "Ffi"}, {0xFB04, "FFL", "Ffl"}, {0xFB05, "ST", "St"},  {0xFB06, "ST", "St"},
+  };
+  if (to == Case::kLower) {
+    if (c != 0x0130) return false;
+    *out += "i\xCC\x87";  // U+0069 U+0307
+    return true;
+  }
+  for (const Special& s : kSpecial) {
+    if (s.c == c) {
+      *out += to == Case::kUpper ? s.upper : s.title;
+      return true;
+    }
+  }
+  return false;
+}
+
+void AppendCased(char32_t c, Case to, std::string* out) {
+  if (AppendSpecialCase(c, to, out)) return;
+  AppendUtf8(to == Case::kUpper ? Upper(c) : to == Case::kLower ? Lower(c) : Title(c), out);
+}
+
+std::string MapCase(absl::string_view s, Case to) {
+  std::string out;
+  out.reserve(s.size());
+  for (char32_t c : DecodeUtf8(s)) AppendCased(c, to, &out);
+  return out;
+}
+
 }  // namespace
 
-std::string PyUpper(absl::string_view s) { return MapCodePoints(s, Upper); }
-std::string PyLower(absl::string_view s) { return MapCodePoints(s, Lower); }
+std::string PyUpper(absl::string_view s) { return MapCase(s, Case::kUpper); }
+std::string PyLower(absl::string_view s) { return MapCase(s, Case::kLower); }
 
 std::string PyTitle(absl::string_view s) {
   std::string out;
   bool previous_cased = false;
   for (char32_t c : DecodeUtf8(s)) {
-    AppendUtf8(previous_cased ? Lower(c) : Title(c), &out);
+    AppendCased(c, previous_cased ? Case::kLower : Case::kTitle, &out);
     previous_cased = IsCased(c);
   }
   return out;
@@ -179,7 +210,7 @@ std::string PyCapitalize(absl::string_view s) {
   std::string out;
   bool first = true;
   for (char32_t c : DecodeUtf8(s)) {
-    AppendUtf8(first ? Title(c) : Lower(c), &out);
+    AppendCased(c, first ? Case::kTitle : Case::kLower, &out);
     first = false;
   }
   return out;

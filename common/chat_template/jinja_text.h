@@ -25,7 +25,8 @@ std::string PyStrip(absl::string_view s, const std::optional<std::string>& chars
 // str.split(sep, maxsplit); sep unset splits on runs of whitespace.
 std::vector<std::string> PySplit(absl::string_view s, const std::optional<std::string>& sep, int64_t maxsplit);
 std::string PyReplace(absl::string_view s, absl::string_view old, absl::string_view replacement, int64_t count);
-// Unicode simple case mapping (utf8proc); Python maps a few letters to several (ß -> SS).
+// Unicode case mapping: utf8proc's one-to-one mappings plus the common one-to-many ones
+// Python applies (ß -> SS, ligatures, İ); rarer special cases (Greek, Armenian) differ.
 std::string PyUpper(absl::string_view s);
 std::string PyLower(absl::string_view s);
 std::string PyTitle(absl::string_view s);

@@ -68,5 +68,27 @@ TEST_F(ReferenceTest, EveryCaseMatchesJinja2ByteForByte) {
   EXPECT_EQ(checked, static_cast<int>(expected["cases"].size()));
 }
 
+TEST_F(ReferenceTest, SnippetsMatchJinja2ByteForByte) {
+  absl::StatusOr<std::string> text = ReadFileToString(kTestData / "expected.json");
+  ASSERT_TRUE(text.ok()) << text.status();
+  const nlohmann::json expected = nlohmann::json::parse(*text);
+  std::vector<ChatMessage> messages;
+  for (const nlohmann::json& m : expected["message_sets"]["multi_turn"]) messages.push_back({m["role"], m["content"]});
+  ASSERT_GT(expected["snippets"].size(), 0u);
+  for (const nlohmann::json& c : expected["snippets"]) {
+    const std::string source = c["source"];
+    SCOPED_TRACE(source);
+    auto tmpl = ChatTemplate::FromSource(source, "<s>", "</s>");
+    ASSERT_TRUE(tmpl.ok()) << tmpl.status();
+    absl::StatusOr<std::string> rendered = (*tmpl)->Render(messages, {});
+    if (c.contains("output")) {
+      ASSERT_TRUE(rendered.ok()) << rendered.status();
+      EXPECT_EQ(*rendered, c["output"].get<std::string>());
+    } else {
+      EXPECT_FALSE(rendered.ok()) << "jinja2 failed with: " << c["error"];
+    }
+  }
+}
+
 }  // namespace
 }  // namespace tessera

@@ -141,10 +141,26 @@ def render_all():
                     # (UndefinedError, ...) are subclasses whose wording Tessera need not copy.
                     case["raised"] = type(e) is jinja2.exceptions.TemplateError
                 cases.append(case)
+    # Small templates aimed at the engine's corners (whitespace control above all),
+    # rendered over the multi-turn conversation.
+    with open(os.path.join(TESTDATA, "snippets.json"), encoding="utf-8") as f:
+        snippets = json.load(f)
+    snippet_cases = []
+    for source in snippets:
+        case = {"source": source}
+        try:
+            case["output"] = env.from_string(source).render(
+                messages=MESSAGE_SETS["multi_turn"], tools=None, documents=None, add_generation_prompt=True,
+                bos_token="<s>", eos_token="</s>")
+        except jinja2.exceptions.TemplateError as e:
+            case["error"] = str(e)
+            case["raised"] = type(e) is jinja2.exceptions.TemplateError
+        snippet_cases.append(case)
     return {
         "jinja2_version": jinja2.__version__,
         "message_sets": MESSAGE_SETS,
         "cases": cases,
+        "snippets": snippet_cases,
     }
 
 

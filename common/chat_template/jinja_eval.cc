@@ -74,19 +74,18 @@ std::vector<size_t> SliceIndices(int64_t n, const Value& start_v, const Value& s
   const bool has_start = as_index(start_v, &start);
   const bool has_stop = as_index(stop_v, &stop);
   if (!status->ok()) return out;
-  auto clamp = [&](int64_t i, bool is_stop) {
+  // Negative indices count from the end; out-of-range ones clamp to the ends.
+  auto clamp = [&](int64_t i) {
     if (i < 0) i += n;
-    if (step > 0) return std::clamp<int64_t>(i, 0, n);
-    return std::clamp<int64_t>(i, -1, n - 1);
-    (void)is_stop;
+    return step > 0 ? std::clamp<int64_t>(i, 0, n) : std::clamp<int64_t>(i, -1, n - 1);
   };
   if (step > 0) {
-    start = has_start ? clamp(start, false) : 0;
-    stop = has_stop ? clamp(stop, true) : n;
+    start = has_start ? clamp(start) : 0;
+    stop = has_stop ? clamp(stop) : n;
     for (int64_t i = start; i < stop; i += step) out.push_back(static_cast<size_t>(i));
   } else {
-    start = has_start ? clamp(start, false) : n - 1;
-    stop = has_stop ? clamp(stop, true) : -1;
+    start = has_start ? clamp(start) : n - 1;
+    stop = has_stop ? clamp(stop) : -1;
     for (int64_t i = start; i > stop; i += step) out.push_back(static_cast<size_t>(i));
   }
   return out;

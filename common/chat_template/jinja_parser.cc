@@ -162,7 +162,11 @@ class Parser {
       }
       if (IsName("recursive")) return Error("recursive for loops are not supported");
       RETURN_IF_ERROR(ExpectBlockEnd());
-      ASSIGN_OR_RETURN(stmt->body, ParseBody({"else", "endfor"}, &end_tag));
+      ++loop_depth_;
+      absl::StatusOr<Body> body = ParseBody({"else", "endfor"}, &end_tag);
+      --loop_depth_;
+      if (!body.ok()) return body.status();
+      stmt->body = *std::move(body);
       if (end_tag == "else") {
         RETURN_IF_ERROR(ExpectBlockEnd());
         ASSIGN_OR_RETURN(stmt->else_body, ParseBody({"endfor"}, &end_tag));
@@ -201,7 +205,12 @@ class Parser {
       }
       RETURN_IF_ERROR(Expect(")"));
       RETURN_IF_ERROR(ExpectBlockEnd());
-      ASSIGN_OR_RETURN(stmt->body, ParseBody({"endmacro"}, &end_tag));
+      const int outer_loop_depth = loop_depth_;
+      loop_depth_ = 0;  // A macro body cannot break out of the loop around its definition.
+      absl::StatusOr<Body> body = ParseBody({"endmacro"}, &end_tag);
+      loop_depth_ = outer_loop_depth;
+      if (!body.ok()) return body.status();
+      stmt->body = *std::move(body);
     } else if (tag == "call") {
       stmt->kind = Stmt::Kind::kCallBlock;
       if (IsOp("(")) return Error("call blocks with caller arguments are not supported");
@@ -216,7 +225,6 @@ class Parser {
       RETURN_IF_ERROR(ExpectBlockEnd());
       ASSIGN_OR_RETURN(stmt->body, ParseBody({"endgeneration"}, &end_tag));
     } else {
-      pos_--;
       return Error(absl::StrCat("unknown or unexpected tag '", tag, "'"));
     }
     RETURN_IF_ERROR(ExpectBlockEnd());
@@ -608,7 +616,7 @@ class Parser {
   std::vector<Token> tokens_;
   size_t pos_ = 0;
   int depth_ = 0;
-  int loop_depth_ = 1;  // break/continue are checked at run time.
+  int loop_depth_ = 0;  // for loops around the current position (break/continue need one).
 };
 
 }  // namespace

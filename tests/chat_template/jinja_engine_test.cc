@@ -175,6 +175,7 @@ TEST(JinjaEngineTest, ErrorsNameTheLine) {
       {"{% for %}", "template line 1: expected a name, got '%}'"},
       {"{% endfor %}", "template line 1: unknown or unexpected tag 'endfor'"},
       {"{{ 1 $ 2 }}", "template line 1: unexpected character '$'"},
+      {"{% if true %}\n{% break %}{% endif %}", "template line 2: 'break' outside a for loop"},
   };
   for (const Case& c : cases) {
     absl::StatusOr<Program> program = Parse(c.source);

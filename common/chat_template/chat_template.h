@@ -57,7 +57,8 @@ class ChatTemplate {
   virtual ~ChatTemplate() = default;
 
   // The prompt text for `messages`. InvalidArgument with the template's own message for
-  // raise_exception (e.g. roles that do not alternate) and for render errors.
+  // raise_exception (e.g. roles that do not alternate) and for render errors. Safe to call
+  // from many threads at once: a render keeps its state to itself.
   virtual absl::StatusOr<std::string> Render(const std::vector<ChatMessage>& messages,
                                              const ChatRenderOptions& options) const = 0;
 };

@@ -2,7 +2,9 @@
 // and the statuses the coordinator maps to gRPC codes.
 #include "common/chat_template/chat_template.h"
 
+#include <atomic>
 #include <fstream>
+#include <thread>
 
 #include "absl/status/status.h"
 #include "gmock/gmock.h"
@@ -98,6 +100,30 @@ TEST(ChatTemplateTest, RaiseExceptionIsInvalidArgumentWithTheMessage) {
   ASSERT_FALSE(out.ok());
   EXPECT_EQ(out.status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_EQ(out.status().message(), "user first!");
+}
+
+TEST(ChatTemplateTest, ConcurrentRendersAgree) {
+  auto t = ChatTemplate::FromSource(
+      "{% set ns = namespace(n=0) %}{% for m in messages %}{% set ns.n = ns.n + 1 %}{{ m.role }}:{{ m.content }};"
+      "{% endfor %}{{ ns.n }}",
+      "", "");
+  ASSERT_TRUE(t.ok());
+  std::vector<std::thread> threads;
+  std::atomic<int> mismatches{0};
+  for (int i = 0; i < 8; ++i) {
+    threads.emplace_back([&, i] {
+      const std::vector<ChatMessage> messages(static_cast<size_t>(i + 1), ChatMessage{"user", std::to_string(i)});
+      std::string expected;
+      for (int k = 0; k <= i; ++k) expected += "user:" + std::to_string(i) + ";";
+      expected += std::to_string(i + 1);
+      for (int round = 0; round < 200; ++round) {
+        absl::StatusOr<std::string> out = (*t)->Render(messages, {});
+        if (!out.ok() || *out != expected) mismatches.fetch_add(1);
+      }
+    });
+  }
+  for (std::thread& thread : threads) thread.join();
+  EXPECT_EQ(mismatches.load(), 0);
 }
 
 }  // namespace

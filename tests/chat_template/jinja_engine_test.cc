@@ -219,6 +219,34 @@ TEST(JinjaEngineTest, MalformedTemplatesFailCleanly) {
   }
 }
 
+TEST(JinjaEngineTest, RandomTokenSoupNeverCrashesOrHangs) {
+  // Deterministic pseudo-random templates from the pieces templates are made of.
+  const char* pieces[] = {"{{", "}}", "{%", "%}", "{#", "#}", "-", "+", " ", "\n", "if", "elif", "else", "endif",
+                          "for", "in", "endfor", "set", "endset", "macro", "endmacro", "call", "endcall", "x", "ns",
+                          "loop", ".", "[", "]", "(", ")", "{", "}", ",", ":", "|", "'s'", "\"t\"", "1", "2.5",
+                          "*", "**", "/", "//", "%", "~", "==", "!=", "<", ">", "=", "is", "not", "and", "or",
+                          "none", "true", "defined", "trim", "length", "tojson", "join", "range", "namespace",
+                          "messages", "caller", "break", "continue", "'", "\"", "\\", "é", "\xff"};
+  uint64_t state = 42;
+  auto next = [&state] {
+    state = state * 6364136223846793005ULL + 1442695040888963407ULL;
+    return static_cast<size_t>(state >> 33);
+  };
+  RenderLimits limits;
+  limits.max_steps = 20'000;
+  limits.max_output_bytes = 1 << 16;
+  limits.max_range = 1000;
+  Globals globals;
+  globals["messages"] = Value::List({Value::Dict({{"role", "user"}, {"content", "hi"}})});
+  for (int i = 0; i < 3000; ++i) {
+    std::string source;
+    const size_t n = 1 + next() % 40;
+    for (size_t k = 0; k < n; ++k) source += pieces[next() % (sizeof(pieces) / sizeof(pieces[0]))];
+    absl::StatusOr<std::string> out = Render(source, globals, limits);
+    if (!out.ok()) EXPECT_EQ(out.status().code(), absl::StatusCode::kInvalidArgument) << source;
+  }
+}
+
 TEST(JinjaEngineTest, LimitsStopRunawayTemplates) {
   // Nesting deeper than the parser allows.
   std::string deep;

@@ -301,7 +301,10 @@ absl::StatusOr<Value> ApplyFilter(Interpreter& interp, absl::string_view name, c
   }
   if (name == "abs") {
     if (input.kind() == Value::Kind::kFloat) return Value(std::fabs(input.as_double()));
-    if (input.is_number()) return Value(static_cast<int64_t>(std::llabs(input.as_int())));
+    if (input.is_number()) {
+      if (input.as_int() == INT64_MIN) return Bad("abs(): integer overflow (beyond 64 bits)");
+      return Value(static_cast<int64_t>(std::llabs(input.as_int())));
+    }
     return Bad(absl::StrCat("bad operand type for abs(): '", input.TypeName(), "'"));
   }
   if (name == "items") {

@@ -38,6 +38,12 @@ absl::Status TypeError(int line, absl::string_view op, const Value& a, const Val
                                           b.TypeName(), "'"));
 }
 
+// Python integers do not overflow; 64-bit ones do, and then the template fails instead.
+absl::StatusOr<Value> Checked(bool overflowed, int64_t result, int line) {
+  if (overflowed) return TemplateError(line, "integer overflow (beyond 64 bits)");
+  return Value(result);
+}
+
 int64_t FloorDiv(int64_t a, int64_t b) {
   int64_t q = a / b;
   if ((a % b != 0) && ((a < 0) != (b < 0))) --q;
@@ -489,7 +495,7 @@ absl::StatusOr<Value> Interpreter::Eval(const Expr& expr) {
       }
       if (expr.name == "+") return v.kind() == Value::Kind::kFloat ? v : Value(v.as_int());
       if (v.kind() == Value::Kind::kFloat) return Value(-v.as_double());
-      return Value(-v.as_int());
+      return Checked(v.as_int() == INT64_MIN, v.as_int() == INT64_MIN ? 0 : -v.as_int(), expr.line);
     }
     case Expr::Kind::kBinary:
       return EvalBinary(expr);
@@ -551,7 +557,12 @@ absl::StatusOr<Value> Interpreter::EvalBinary(const Expr& expr) {
   const bool numbers = a.is_number() && b.is_number();
   const bool floats = numbers && (a.kind() == Value::Kind::kFloat || b.kind() == Value::Kind::kFloat);
   if (op == "+") {
-    if (numbers) return floats ? Value(a.as_double() + b.as_double()) : Value(a.as_int() + b.as_int());
+    if (numbers && !floats) {
+      int64_t r;
+      const bool overflowed = __builtin_add_overflow(a.as_int(), b.as_int(), &r);
+      return Checked(overflowed, r, expr.line);
+    }
+    if (numbers) return Value(a.as_double() + b.as_double());
     if (a.is_string() && b.is_string()) {
       if (a.as_string().size() + b.as_string().size() > max_bytes) {
         return TemplateError(expr.line, "string exceeds the output limit");
@@ -566,11 +577,21 @@ absl::StatusOr<Value> Interpreter::EvalBinary(const Expr& expr) {
     return TypeError(expr.line, op, a, b);
   }
   if (op == "-") {
-    if (numbers) return floats ? Value(a.as_double() - b.as_double()) : Value(a.as_int() - b.as_int());
+    if (numbers && !floats) {
+      int64_t r;
+      const bool overflowed = __builtin_sub_overflow(a.as_int(), b.as_int(), &r);
+      return Checked(overflowed, r, expr.line);
+    }
+    if (numbers) return Value(a.as_double() - b.as_double());
     return TypeError(expr.line, op, a, b);
   }
   if (op == "*") {
-    if (numbers) return floats ? Value(a.as_double() * b.as_double()) : Value(a.as_int() * b.as_int());
+    if (numbers && !floats) {
+      int64_t r;
+      const bool overflowed = __builtin_mul_overflow(a.as_int(), b.as_int(), &r);
+      return Checked(overflowed, r, expr.line);
+    }
+    if (numbers) return Value(a.as_double() * b.as_double());
     const Value* seq = a.is_string() || a.is_list() ? &a : &b;
     const Value* count = seq == &a ? &b : &a;
     if ((seq->is_string() || seq->is_list()) &&
@@ -594,10 +615,14 @@ absl::StatusOr<Value> Interpreter::EvalBinary(const Expr& expr) {
   if (op == "**") {
     if (!numbers) return TypeError(expr.line, op, a, b);
     if (!floats && b.as_int() >= 0) {
-      double r = std::pow(a.as_double(), b.as_double());
-      if (std::fabs(r) > 9.2e18) return TemplateError(expr.line, "integer power out of range");
-      int64_t result = 1;
-      for (int64_t i = 0; i < b.as_int(); ++i) result *= a.as_int();
+      const int64_t base = a.as_int(), exponent = b.as_int();
+      if (exponent == 0) return Value(int64_t{1});
+      if (base == 0 || base == 1) return Value(base);
+      if (base == -1) return Value(int64_t{exponent % 2 == 0 ? 1 : -1});
+      int64_t result = 1;  // |base| >= 2: overflows within 63 rounds.
+      for (int64_t i = 0; i < exponent; ++i) {
+        if (__builtin_mul_overflow(result, base, &result)) return Checked(true, 0, expr.line);
+      }
       return Value(result);
     }
     return Value(std::pow(a.as_double(), b.as_double()));
@@ -612,6 +637,7 @@ absl::StatusOr<Value> Interpreter::EvalBinary(const Expr& expr) {
       const double q = std::floor(a.as_double() / b.as_double());
       return op == "//" ? Value(q) : Value(a.as_double() - q * b.as_double());
     }
+    if (a.as_int() == INT64_MIN && b.as_int() == -1) return Checked(true, 0, expr.line);
     return op == "//" ? Value(FloorDiv(a.as_int(), b.as_int())) : Value(FloorMod(a.as_int(), b.as_int()));
   }
   return TemplateError(expr.line, absl::StrCat("unknown operator ", op));

@@ -38,6 +38,8 @@ TEST(JinjaEngineTest, TextExpressionsAndComments) {
   EXPECT_EQ(Ok("{{ 1 + 2 * 3 }} {{ (1 + 2) * 3 }} {{ 2 ** 3 ** 2 }} {{ -2 ** 2 }}"), "7 9 64 4");
   EXPECT_EQ(Ok("{{ 7 // 2 }} {{ -7 // 2 }} {{ -7 % 3 }} {{ 7 / 2 }} {{ 4 / 2 }}"), "3 -4 2 3.5 2.0");
   EXPECT_EQ(Ok("{{ 1 < 2 < 3 }} {{ 3 > 2 > 2 }}"), "True False");
+  EXPECT_EQ(Ok("{{ 2 ** 62 }} {{ (-1) ** 7 }} {{ 0 ** 0 }} {{ 1 ** 999999999999 }} {{ 2 ** -1 }}"),
+            "4611686018427387904 -1 1 1 0.5");
   EXPECT_EQ(Ok("{{ 'yes' if 1 else 'no' }}|{{ 'x' if 0 }}|"), "yes||");
 }
 
@@ -186,6 +188,8 @@ TEST(JinjaEngineTest, ErrorsNameTheLine) {
   const Case runtime[] = {
       {"\n\n{{ 1 + 'a' }}", "template line 3: unsupported operand type(s) for +: 'int' and 'str'"},
       {"\n{{ 1 / 0 }}", "template line 2: division by zero"},
+      {"{{ 9223372036854775807 + 1 }}", "template line 1: integer overflow"},
+      {"{{ 2 ** 64 }}", "template line 1: integer overflow"},
       {"{{ [1] | nofilter }}", "template line 1: no filter named 'nofilter'"},
       {"x\n{{ 1 is notatest }}", "template line 2: no test named 'notatest'"},
       {"{{ 'a'() }}", "template line 1: 'str' object is not callable"},

@@ -341,9 +341,12 @@ absl::StatusOr<Value> ApplyFilter(Interpreter& interp, absl::string_view name, c
     for (const Value& item : items) {
       parts.push_back(attribute != nullptr ? GetPath(item, attribute->Str()).Str() : item.Str());
     }
-    std::string joined = absl::StrJoin(parts, sep != nullptr ? sep->Str() : "");
-    if (joined.size() > interp.limits().max_output_bytes) return Bad("joined string exceeds the output limit");
-    return Value(std::move(joined));
+    Value joined(absl::StrJoin(parts, sep != nullptr ? sep->Str() : ""));
+    if (joined.as_string().size() > interp.limits().max_output_bytes) {
+      return Bad("joined string exceeds the output limit");
+    }
+    RETURN_IF_ERROR(interp.ChargeCopy(joined));
+    return joined;
   }
   if (name == "unique") {
     ASSIGN_OR_RETURN(ValueList items, Iterate(input));

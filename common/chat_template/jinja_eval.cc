@@ -44,6 +44,22 @@ absl::StatusOr<Value> Checked(bool overflowed, int64_t result, int line) {
   return Value(result);
 }
 
+// False when `v` nests containers deeper than `depth` or contains the dict `self`.
+bool NestingWithin(const Value& v, const ValueDict* self, int depth) {
+  if (v.is_list()) {
+    if (depth == 0) return false;
+    for (const Value& item : v.list()) {
+      if (!NestingWithin(item, self, depth - 1)) return false;
+    }
+  } else if (v.is_mapping()) {
+    if (depth == 0 || &v.dict() == self) return false;
+    for (const auto& [key, item] : v.dict()) {
+      if (!NestingWithin(item, self, depth - 1)) return false;
+    }
+  }
+  return true;
+}
+
 int64_t FloorDiv(int64_t a, int64_t b) {
   int64_t q = a / b;
   if ((a % b != 0) && ((a < 0) != (b < 0))) --q;
@@ -122,8 +138,16 @@ absl::StatusOr<std::string> Interpreter::Render(const Program& program) {
   return out;
 }
 
-absl::Status Interpreter::Step() {
-  if (++steps_ > limits_.max_steps) {
+absl::Status Interpreter::ChargeCopy(const Value& v) {
+  if (v.is_string()) return Charge(static_cast<int64_t>(v.as_string().size() / 256));
+  if (v.is_list()) return Charge(static_cast<int64_t>(v.list().size()));
+  if (v.is_mapping()) return Charge(static_cast<int64_t>(v.dict().size()));
+  return absl::OkStatus();
+}
+
+absl::Status Interpreter::Charge(int64_t units) {
+  steps_ += units;
+  if (steps_ > limits_.max_steps) {
     return absl::InvalidArgumentError(
         absl::StrCat("template exceeded ", limits_.max_steps, " steps (an endless or too large loop?)"));
   }
@@ -253,6 +277,14 @@ absl::Status Interpreter::ExecSet(const Stmt& stmt) {
     return TemplateError(stmt.line, absl::StrCat("cannot assign attribute on non-namespace object '",
                                                  stmt.targets[0], "'"));
   }
+  // A namespace is the one value that outlives a loop iteration, so the one place a value
+  // could grow without bound in depth or come to contain itself (a cycle that printing or
+  // comparing would never leave).
+  RETURN_IF_ERROR(AtLine(ChargeCopy(v), stmt.line));
+  if (!NestingWithin(v, &ns.dict(), limits_.max_namespace_depth)) {
+    return TemplateError(stmt.line, absl::StrCat("namespace attribute '", stmt.attribute, "' would contain its ",
+                                                 "namespace or nest deeper than ", limits_.max_namespace_depth));
+  }
   for (auto& [key, value] : ns.dict()) {
     if (key == stmt.attribute) {
       value = std::move(v);
@@ -323,9 +355,13 @@ absl::StatusOr<Interpreter::Flow> Interpreter::ExecFor(const Stmt& stmt) {
 
 Value Interpreter::DefineMacro(const Stmt& stmt) {
   const Stmt* macro = &stmt;
-  std::shared_ptr<Frame> root = scopes_.front();
-  return Value::MakeFunction(stmt.name, [macro, root](Interpreter& interp, const CallArgs& args)
+  // Weak: the macro usually lives in the root frame itself, and a strong pointer back would
+  // be a cycle that outlives the render.
+  std::weak_ptr<Frame> weak_root = scopes_.front();
+  return Value::MakeFunction(stmt.name, [macro, weak_root](Interpreter& interp, const CallArgs& args)
                                             -> absl::StatusOr<Value> {
+    std::shared_ptr<Frame> root = weak_root.lock();
+    if (root == nullptr) return TemplateError(macro->line, "macro called after its template finished");
     if (interp.call_depth_ >= interp.limits_.max_call_depth) {
       return TemplateError(macro->line, absl::StrCat("macro '", macro->name, "' recursed deeper than ",
                                                      interp.limits_.max_call_depth));
@@ -459,11 +495,13 @@ absl::StatusOr<Value> Interpreter::Eval(const Expr& expr) {
         std::vector<size_t> idx =
             SliceIndices(static_cast<int64_t>(obj.list().size()), bounds[0], bounds[1], bounds[2], &status);
         RETURN_IF_ERROR(AtLine(status, expr.line));
+        RETURN_IF_ERROR(AtLine(Charge(static_cast<int64_t>(idx.size())), expr.line));
         ValueList out;
         for (size_t i : idx) out.push_back(obj.list()[i]);
         return Value::List(std::move(out));
       }
       if (obj.is_string()) {
+        RETURN_IF_ERROR(AtLine(ChargeCopy(obj), expr.line));
         std::vector<char32_t> cps = DecodeUtf8(obj.as_string());
         std::vector<size_t> idx = SliceIndices(static_cast<int64_t>(cps.size()), bounds[0], bounds[1], bounds[2], &status);
         RETURN_IF_ERROR(AtLine(status, expr.line));
@@ -548,9 +586,10 @@ absl::StatusOr<Value> Interpreter::EvalBinary(const Expr& expr) {
   ASSIGN_OR_RETURN(Value b, Eval(*expr.args[1]));
   const size_t max_bytes = limits_.max_output_bytes;
   if (op == "~") {
-    std::string s = a.Str() + b.Str();
-    if (s.size() > max_bytes) return TemplateError(expr.line, "string exceeds the output limit");
-    return Value(std::move(s));
+    Value s(a.Str() + b.Str());
+    if (s.as_string().size() > max_bytes) return TemplateError(expr.line, "string exceeds the output limit");
+    RETURN_IF_ERROR(AtLine(ChargeCopy(s), expr.line));
+    return s;
   }
   if (a.is_undefined()) return UndefinedError(a, expr.line);
   if (b.is_undefined()) return UndefinedError(b, expr.line);
@@ -567,12 +606,16 @@ absl::StatusOr<Value> Interpreter::EvalBinary(const Expr& expr) {
       if (a.as_string().size() + b.as_string().size() > max_bytes) {
         return TemplateError(expr.line, "string exceeds the output limit");
       }
-      return Value(a.as_string() + b.as_string());
+      Value s(a.as_string() + b.as_string());
+      RETURN_IF_ERROR(AtLine(ChargeCopy(s), expr.line));
+      return s;
     }
     if (a.is_list() && b.is_list()) {
       ValueList items = a.list();
       items.insert(items.end(), b.list().begin(), b.list().end());
-      return Value::List(std::move(items));
+      Value list = Value::List(std::move(items));
+      RETURN_IF_ERROR(AtLine(ChargeCopy(list), expr.line));
+      return list;
     }
     return TypeError(expr.line, op, a, b);
   }
@@ -601,14 +644,18 @@ absl::StatusOr<Value> Interpreter::EvalBinary(const Expr& expr) {
       if (unit > 0 && static_cast<double>(unit) * static_cast<double>(n) > static_cast<double>(max_bytes)) {
         return TemplateError(expr.line, "repetition exceeds the output limit");
       }
+      Value repeated;
       if (seq->is_string()) {
         std::string s;
         for (int64_t i = 0; i < n; ++i) s += seq->as_string();
-        return Value(std::move(s));
+        repeated = Value(std::move(s));
+      } else {
+        ValueList items;
+        for (int64_t i = 0; i < n; ++i) items.insert(items.end(), seq->list().begin(), seq->list().end());
+        repeated = Value::List(std::move(items));
       }
-      ValueList items;
-      for (int64_t i = 0; i < n; ++i) items.insert(items.end(), seq->list().begin(), seq->list().end());
-      return Value::List(std::move(items));
+      RETURN_IF_ERROR(AtLine(ChargeCopy(repeated), expr.line));
+      return repeated;
     }
     return TypeError(expr.line, op, a, b);
   }

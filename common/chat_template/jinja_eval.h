@@ -20,7 +20,8 @@ namespace tessera::jinja {
 struct RenderLimits {
   size_t max_output_bytes = size_t{32} << 20;  // Also bounds every string built on the way.
   int max_call_depth = 64;                     // Macro recursion.
-  int64_t max_steps = 20'000'000;              // Statements, loop iterations and calls.
+  int64_t max_steps = 20'000'000;              // Statements, loop iterations, calls and copies.
+  int max_namespace_depth = 32;                // Containers nested in a namespace attribute.
   int64_t max_range = 1'000'000;               // Items range() may produce.
 };
 
@@ -36,7 +37,11 @@ class Interpreter {
 
   // For builtins that call back (map, select, macros passed around).
   absl::StatusOr<Value> Call(const Value& callee, const CallArgs& args);
-  absl::Status Step();
+  absl::Status Step() { return Charge(1); }
+  // Counts work proportional to a copy: `items` list items or `bytes` / 256 of text, so
+  // that growing a value in a loop (quadratic copying) hits max_steps, not a hang.
+  absl::Status Charge(int64_t units);
+  absl::Status ChargeCopy(const Value& v);
   const RenderLimits& limits() const { return limits_; }
 
  private:

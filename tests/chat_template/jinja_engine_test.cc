@@ -287,6 +287,18 @@ TEST(JinjaEngineTest, LimitsStopRunawayTemplates) {
   out = Render("{{ range(100000000) | length }}", {}, small);
   ASSERT_FALSE(out.ok());
   EXPECT_THAT(out.status().message(), HasSubstr("exceeds the limit"));
+  // Growing a list in a namespace: quadratic copying is counted as work.
+  out = Render("{% set ns = namespace(l=[]) %}{% for i in range(1000) %}{% set ns.l = ns.l + [i] * 100 %}{% endfor %}",
+               {}, small);
+  ASSERT_FALSE(out.ok());
+  EXPECT_THAT(out.status().message(), HasSubstr("steps"));
+  // A namespace cannot come to contain itself, nor nest without bound.
+  out = Render("{% set ns = namespace() %}{% set ns.me = [ns] %}{{ ns }}");
+  ASSERT_FALSE(out.ok());
+  EXPECT_THAT(out.status().message(), HasSubstr("would contain its namespace"));
+  out = Render("{% set ns = namespace(x=1) %}{% for i in range(100) %}{% set ns.x = [ns.x] %}{% endfor %}{{ ns.x }}");
+  ASSERT_FALSE(out.ok());
+  EXPECT_THAT(out.status().message(), HasSubstr("nest deeper than"));
   // Doubling a string each iteration.
   out = Render("{% set ns = namespace(s='x') %}{% for i in range(100) %}{% set ns.s = ns.s ~ ns.s %}{% endfor %}", {},
                small);

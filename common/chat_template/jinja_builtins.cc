@@ -77,6 +77,9 @@ absl::StatusOr<Value> StringMethod(const std::string& s, absl::string_view name,
   }
   if (name == "split" || name == "rsplit") {
     // rsplit without maxsplit splits like split.
+    if (std::optional<std::string> sep = OptionalString(args.Get("sep", 0)); sep.has_value() && sep->empty()) {
+      return Bad("empty separator");
+    }
     ValueList out;
     for (std::string& part : PySplit(s, OptionalString(args.Get("sep", 0)), IntOr(args.Get("maxsplit", 1), -1))) {
       out.emplace_back(std::move(part));
@@ -234,7 +237,9 @@ Value GetMethod(const Value& obj, absl::string_view name) {
   if (obj.is_string() && IsStringMethod(name)) {
     std::string s = obj.as_string();
     std::string method(name);
-    return Value::MakeFunction("str." + method, [s, method](Interpreter&, const CallArgs& args) {
+    return Value::MakeFunction("str." + method, [s, method](Interpreter& interp, const CallArgs& args)
+                                                       -> absl::StatusOr<Value> {
+      RETURN_IF_ERROR(interp.Charge(static_cast<int64_t>(s.size() / 256)));  // String methods are linear.
       return StringMethod(s, method, args);
     });
   }
@@ -352,7 +357,7 @@ absl::StatusOr<Value> ApplyFilter(Interpreter& interp, absl::string_view name, c
     ASSIGN_OR_RETURN(ValueList items, Iterate(input));
     ValueList out;
     for (const Value& item : items) {
-      RETURN_IF_ERROR(interp.Step());
+      RETURN_IF_ERROR(interp.Charge(1 + static_cast<int64_t>(out.size())));  // Quadratic: count it.
       bool seen = false;
       for (const Value& kept : out) seen = seen || kept.Equals(item);
       if (!seen) out.push_back(item);

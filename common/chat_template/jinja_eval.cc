@@ -465,6 +465,7 @@ absl::StatusOr<Value> Interpreter::Eval(const Expr& expr) {
         return Value::MakeUndefinedWithHint(absl::StrCat("list object has no element ", key.as_int()));
       }
       if (obj.is_string() && int_key) {
+        RETURN_IF_ERROR(AtLine(ChargeCopy(obj), expr.line));
         std::vector<char32_t> cps = DecodeUtf8(obj.as_string());
         int64_t i = key.as_int();
         const int64_t n = static_cast<int64_t>(cps.size());
@@ -516,6 +517,7 @@ absl::StatusOr<Value> Interpreter::Eval(const Expr& expr) {
     case Expr::Kind::kFilter: {
       ASSIGN_OR_RETURN(Value input, Eval(*expr.args[0]));
       ASSIGN_OR_RETURN(CallArgs args, EvalArgs(expr, 1));
+      RETURN_IF_ERROR(AtLine(ChargeCopy(input), expr.line));  // Filters walk their input.
       return AtLine(ApplyFilter(*this, expr.name, input, args), expr.line);
     }
     case Expr::Kind::kTest: {

@@ -190,6 +190,7 @@ TEST(JinjaEngineTest, ErrorsNameTheLine) {
       {"\n{{ 1 / 0 }}", "template line 2: division by zero"},
       {"{{ 9223372036854775807 + 1 }}", "template line 1: integer overflow"},
       {"{{ 2 ** 64 }}", "template line 1: integer overflow"},
+      {"{{ 'abc'.split('') }}", "template line 1: empty separator"},
       {"{{ [1] | nofilter }}", "template line 1: no filter named 'nofilter'"},
       {"x\n{{ 1 is notatest }}", "template line 2: no test named 'notatest'"},
       {"{{ 'a'() }}", "template line 1: 'str' object is not callable"},
@@ -299,6 +300,12 @@ TEST(JinjaEngineTest, LimitsStopRunawayTemplates) {
   out = Render("{% set ns = namespace(x=1) %}{% for i in range(100) %}{% set ns.x = [ns.x] %}{% endfor %}{{ ns.x }}");
   ASSERT_FALSE(out.ok());
   EXPECT_THAT(out.status().message(), HasSubstr("nest deeper than"));
+  // Linear work on a large string, many times over.
+  out = Render("{% set s = 'x' * 60000 %}{% for i in range(1000) %}{{ s | length }}{{ s.strip() | length }}{% endfor %}",
+               {}, small);
+  ASSERT_FALSE(out.ok());
+  out = Render("{{ range(1000) | unique | list | length }}", {}, small);
+  ASSERT_FALSE(out.ok());
   // Doubling a string each iteration.
   out = Render("{% set ns = namespace(s='x') %}{% for i in range(100) %}{% set ns.s = ns.s ~ ns.s %}{% endfor %}", {},
                small);

@@ -15,6 +15,7 @@
 #include "common/metrics/http_server.h"
 #include "common/metrics/process_collector.h"
 #include "common/model_config.h"
+#include "common/chat_template/chat_template.h"
 #include "common/checkpoint_quantization.h"
 #include "common/quantization.h"
 #include "common/tokenizer/tokenizer.h"
@@ -56,6 +57,7 @@ int main(int argc, char** argv) {
   int64_t metrics_port = 9400;
   std::string metrics_host, log_format = "text", log_level = "info";
   std::string generation_config = "auto";
+  std::string chat_template_file;
   tessera::FlagSet flags("tessera-coordinator",
                          "Serves tessera.v1.Generation over gRPC and drives tensor-parallel worker\n"
                          "groups: workers register on the cluster port and are formed into\n"
@@ -89,6 +91,9 @@ int main(int argc, char** argv) {
   flags.String("generation-config", &generation_config,
                "Request defaults and extra stop ids: auto (the model folder's generation_config.json, "
                "when it has one), none (Tessera's defaults), or a folder holding generation_config.json.");
+  flags.String("chat-template", &chat_template_file,
+               "Jinja file that turns GenerateRequest.messages into the prompt, instead of the model's own "
+               "template (chat_template.jinja or tokenizer_config.json's chat_template).");
   flags.Float("router-load-weight", &load_weight, "Router: blocks of load worth one block of prefill.");
   flags.Int("heartbeat-ms", &heartbeat_ms, "Interval of worker health probes.");
   flags.Int("collective-timeout-ms", &collective_timeout_ms, "Timeout of every collective on the workers.");
@@ -167,6 +172,25 @@ int main(int argc, char** argv) {
       config->num_hidden_layers, config->num_key_value_heads, config->head_dim, kv_dtype);
   auto tokenizer = tessera::Tokenizer::Load(model);
   if (!tokenizer.ok()) return Fail(std::string(tokenizer.status().message()));
+  // Loaded once: every `messages` request renders with it. Without one, such requests get
+  // FAILED_PRECONDITION while text and token_ids serve as before.
+  std::unique_ptr<tessera::ChatTemplate> chat_template;
+  absl::Status chat_template_status;  // Why there is none, for the HTTP API's errors.
+  if (!chat_template_file.empty()) {
+    auto loaded = tessera::ChatTemplate::LoadOverride(model, chat_template_file);
+    if (!loaded.ok()) return Fail(absl::StrCat("--chat-template: ", loaded.status().message()));
+    chat_template = *std::move(loaded);
+  } else if (auto loaded = tessera::ChatTemplate::Load(model); loaded.ok()) {
+    chat_template = *std::move(loaded);
+  } else if (chat_template_status = loaded.status();
+             loaded.status().code() == absl::StatusCode::kNotFound) {
+    tessera::Log(tessera::LogLevel::kInfo, "tessera-coordinator",
+                 "the model has no chat template; messages input will be refused (see --chat-template)");
+  } else {
+    tessera::Log(tessera::LogLevel::kWarning, "tessera-coordinator",
+                 "the model's chat template does not load; messages input will be refused (see --chat-template)",
+                 {{"error", std::string(loaded.status().message())}});
+  }
   tessera::GenerationConfig defaults;
   if (generation_config != "none") {
     auto loaded = tessera::GenerationConfig::LoadIfPresent(
@@ -243,7 +267,7 @@ int main(int argc, char** argv) {
                                  tessera::DTypeName(config->torch_dtype), static_cast<int>(tp),
                                  static_cast<int>(replicas), static_cast<int>(block_size),
                                  reported_quantization, kv_dtype_name, kv_bytes_per_token};
-  tessera::GenerationServiceImpl api(&engine, tokenizer->get(), limits, desc);
+  tessera::GenerationServiceImpl api(&engine, tokenizer->get(), limits, desc, chat_template.get());
   api.set_pending_workers([cluster = cluster->get()] { return cluster->PendingWorkers(); });
 
   grpc::EnableDefaultHealthCheckService(true);
@@ -285,8 +309,7 @@ int main(int argc, char** argv) {
 
   // The OpenAI-compatible HTTP API: the same engine, validation and limits as gRPC, its
   // own --max-concurrent-streams count, and metrics labelled protocol="http".
-  tessera::Admission http_admission(&engine, tokenizer->get(), limits, "http");
-  std::unique_ptr<tessera::ChatTemplate> chat_template;
+  tessera::Admission http_admission(&engine, tokenizer->get(), limits, chat_template.get(), "http");
   tessera::http::OpenAiServing openai;
   std::unique_ptr<tessera::http::Router> openai_router;
   std::unique_ptr<tessera::http::HttpServer> http_server;
@@ -295,16 +318,8 @@ int main(int argc, char** argv) {
       return Fail(absl::StrCat("--http-port must be in [0, 65535] and --http-threads positive, got ", http_port,
                                " and ", http_threads));
     }
-    auto loaded = tessera::http::LoadChatTemplate(model);
-    if (loaded.ok()) {
-      chat_template = std::move(*loaded);
-    } else {
-      openai.chat_template_status = loaded.status();
-      if (!absl::IsNotFound(loaded.status()) && !absl::IsUnimplemented(loaded.status())) {
-        tessera::Log(tessera::LogLevel::kError, "tessera-coordinator", "chat template failed to load",
-                     {{"error", std::string(loaded.status().message())}});
-      }
-    }
+    // The same template as the gRPC messages input (--chat-template or the model's).
+    if (chat_template == nullptr) openai.chat_template_status = chat_template_status;
     openai.admission = &http_admission;
     openai.tokenizer = tokenizer->get();
     openai.served_model = served_model_name.empty() ? desc.name : served_model_name;

@@ -188,21 +188,28 @@ class TesseraClient:
 
     @staticmethod
     def make_request(prompt: Optional[str] = None, *, prompt_ids: Optional[Sequence[int]] = None,
+                     messages: Optional[Sequence[Dict[str, str]]] = None, continue_final_message: bool = False,
                      max_tokens: Optional[int] = None, temperature: Optional[float] = None,
                      top_p: Optional[float] = None, top_k: Optional[int] = None,
                      min_p: Optional[float] = None, seed: Optional[int] = None,
                      stop: Sequence[str] = (), stop_token_ids: Sequence[int] = (),
                      ignore_eos: bool = False, min_tokens: int = 0, logprobs: int = 0,
                      request_id: str = "", priority: int = 0, no_bos: bool = False):
-        """Builds a GenerateRequest. Exactly one of prompt / prompt_ids; unset sampling
-        fields take the server's defaults (temperature 1, max_tokens 16)."""
-        if (prompt is None) == (prompt_ids is None):
-            raise ValueError("pass exactly one of prompt and prompt_ids")
+        """Builds a GenerateRequest. Exactly one of prompt / prompt_ids / messages (a chat:
+        [{"role": ..., "content": ...}], rendered by the server with the model's chat
+        template); unset sampling fields take the server's defaults (temperature 1,
+        max_tokens 16)."""
+        if sum(x is not None for x in (prompt, prompt_ids, messages)) != 1:
+            raise ValueError("pass exactly one of prompt, prompt_ids and messages")
         r = pb2.GenerateRequest(request_id=request_id, logprobs=logprobs, priority=priority, no_bos=no_bos)
         if prompt is not None:
             r.text = prompt
-        else:
+        elif prompt_ids is not None:
             r.token_ids.ids.extend(prompt_ids)
+        else:
+            for m in messages:
+                r.messages.messages.add(role=m["role"], content=m["content"])
+            r.messages.continue_final_message = continue_final_message
         for name, value in (("temperature", temperature), ("top_p", top_p), ("top_k", top_k),
                             ("min_p", min_p), ("seed", seed)):
             if value is not None:

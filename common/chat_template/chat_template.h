@@ -1,8 +1,10 @@
 #ifndef TESSERA_COMMON_CHAT_TEMPLATE_CHAT_TEMPLATE_H_
 #define TESSERA_COMMON_CHAT_TEMPLATE_CHAT_TEMPLATE_H_
 
+#include <chrono>
 #include <filesystem>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -21,6 +23,16 @@ struct ChatMessage {
 struct ChatRenderOptions {
   // Appends the template's opening of an assistant turn (HF's add_generation_prompt).
   bool add_generation_prompt = true;
+  // Ends the prompt right after the final message's content, cutting what the template
+  // writes after it (its end-of-turn marker), so the model continues that message
+  // (Hugging Face's continue_final_message). Needs add_generation_prompt false.
+  bool continue_final_message = false;
+  // The clock behind the template's strftime_now() (local time, as Hugging Face's
+  // datetime.now()); unset means now. Tests fix it.
+  std::optional<std::chrono::system_clock::time_point> now;
+  // Passed as the template variable `date_string` when set (Llama 3.x templates print
+  // it as "Today Date"); Hugging Face leaves it undefined by default.
+  std::optional<std::string> date_string;
 };
 
 class ChatTemplate {
@@ -37,10 +49,16 @@ class ChatTemplate {
                                                                   std::string bos_token,
                                                                   std::string eos_token);
 
+  // The template in `template_file` (Jinja source) with the bos/eos token strings of the
+  // model folder `dir`: the coordinator's --chat-template override.
+  static absl::StatusOr<std::unique_ptr<ChatTemplate>> LoadOverride(const std::filesystem::path& dir,
+                                                                    const std::filesystem::path& template_file);
+
   virtual ~ChatTemplate() = default;
 
   // The prompt text for `messages`. InvalidArgument with the template's own message for
-  // raise_exception (e.g. roles that do not alternate) and for render errors.
+  // raise_exception (e.g. roles that do not alternate) and for render errors. Safe to call
+  // from many threads at once: a render keeps its state to itself.
   virtual absl::StatusOr<std::string> Render(const std::vector<ChatMessage>& messages,
                                              const ChatRenderOptions& options) const = 0;
 };

@@ -24,9 +24,14 @@ absl::StatusOr<uint64_t> Admission::Start(const v1::GenerateRequest& request,
                                           std::chrono::steady_clock::time_point deadline,
                                           std::shared_ptr<RequestStream> stream, std::string* request_id,
                                           std::vector<int32_t>* prompt) {
-  auto valid = ValidateGenerateRequest(request, *tokenizer_, limits_);
+  auto valid = ValidateGenerateRequest(request, *tokenizer_, limits_, chat_template_);
   if (!valid.ok()) {
-    if (EngineMetrics* m = engine_->metrics(); m != nullptr) m->RequestRejected("invalid_argument", protocol_);
+    if (EngineMetrics* m = engine_->metrics(); m != nullptr) {
+      m->RequestRejected(valid.status().code() == absl::StatusCode::kFailedPrecondition
+                             ? "failed_precondition"
+                             : "invalid_argument",
+                         protocol_);
+    }
     return valid.status();
   }
   *request_id = valid->request_id.empty() ? absl::StrCat("req-", next_request_number_.fetch_add(1))

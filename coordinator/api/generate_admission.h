@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "common/chat_template/chat_template.h"
 #include "common/tokenizer/tokenizer.h"
 #include "coordinator/api/request_validation.h"
 #include "coordinator/engine/engine.h"
@@ -22,9 +23,15 @@ namespace tessera {
 // reactors, which outlive no Admission (the service owns it and outlives the server).
 class Admission {
  public:
+  // `chat_template` may be null (the model has none); it must outlive the Admission.
   // `protocol` ("grpc" or "http") labels the metrics of what comes through here.
-  Admission(Engine* engine, const Tokenizer* tokenizer, ServingLimits limits, std::string protocol = "grpc")
-      : engine_(engine), tokenizer_(tokenizer), limits_(limits), protocol_(std::move(protocol)) {}
+  Admission(Engine* engine, const Tokenizer* tokenizer, ServingLimits limits,
+            const ChatTemplate* chat_template = nullptr, std::string protocol = "grpc")
+      : engine_(engine),
+        tokenizer_(tokenizer),
+        limits_(limits),
+        chat_template_(chat_template),
+        protocol_(std::move(protocol)) {}
 
   // Counts one call; false (and nothing counted) when --max-concurrent-streams are open.
   bool AcquireStream();
@@ -45,6 +52,7 @@ class Admission {
   Engine* const engine_;
   const Tokenizer* const tokenizer_;
   const ServingLimits limits_;
+  const ChatTemplate* const chat_template_;
   const std::string protocol_;
   std::atomic<uint64_t> next_request_number_{1};
   std::atomic<int> num_active_streams_{0};

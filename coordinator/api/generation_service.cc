@@ -22,12 +22,13 @@ grpc::ServerUnaryReactor* Answer(grpc::CallbackServerContext* context, grpc::Sta
 }  // namespace
 
 GenerationServiceImpl::GenerationServiceImpl(Engine* engine, const Tokenizer* tokenizer,
-                                             ServingLimits limits, ModelDescription model)
+                                             ServingLimits limits, ModelDescription model,
+                                             const ChatTemplate* chat_template)
     : engine_(engine),
       tokenizer_(tokenizer),
       limits_(limits),
       model_(std::move(model)),
-      admission_(engine, tokenizer, limits) {}
+      admission_(engine, tokenizer, limits, chat_template) {}
 
 grpc::ServerUnaryReactor* GenerationServiceImpl::Generate(grpc::CallbackServerContext* context,
                                                           const v1::GenerateRequest* request,

@@ -30,8 +30,9 @@ struct ModelDescription {
 // absl statuses become gRPC statuses only at this edge.
 class GenerationServiceImpl final : public v1::Generation::CallbackService {
  public:
+  // `chat_template` renders `messages` input; null when the model has none.
   GenerationServiceImpl(Engine* engine, const Tokenizer* tokenizer, ServingLimits limits,
-                        ModelDescription model);
+                        ModelDescription model, const ChatTemplate* chat_template = nullptr);
 
   grpc::ServerUnaryReactor* Generate(grpc::CallbackServerContext* context, const v1::GenerateRequest* request,
                                      v1::GenerateResponse* response) override;

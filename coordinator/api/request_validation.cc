@@ -4,6 +4,7 @@
 #include <random>
 
 #include "absl/strings/str_cat.h"
+#include "coordinator/api/chat_prompt.h"
 
 namespace tessera {
 namespace {
@@ -72,7 +73,8 @@ absl::Status CheckInputSize(absl::string_view field, size_t num_bytes, const Ser
 
 absl::StatusOr<ValidatedRequest> ValidateGenerateRequest(const v1::GenerateRequest& r,
                                                          const Tokenizer& tokenizer,
-                                                         const ServingLimits& limits) {
+                                                         const ServingLimits& limits,
+                                                         const ChatTemplate* chat_template) {
   ValidatedRequest out;
   if (r.request_id().size() > 256) {
     return Bad("request_id", absl::StrCat("<", r.request_id().size(), " bytes>"), "must be at most 256 bytes");
@@ -96,8 +98,15 @@ absl::StatusOr<ValidatedRequest> ValidateGenerateRequest(const v1::GenerateReque
       }
       out.prompt.assign(r.token_ids().ids().begin(), r.token_ids().ids().end());
       break;
+    case v1::GenerateRequest::kMessages: {
+      auto prompt = EncodeChatPrompt(r.messages(), chat_template, tokenizer, limits);
+      if (!prompt.ok()) return prompt.status();
+      out.prompt = *std::move(prompt);
+      if (out.prompt.empty()) return Bad("messages", "<rendered to no tokens>", "the chat template produced an empty prompt");
+      break;
+    }
     default:
-      return Bad("input", "unset", "set text or token_ids");
+      return Bad("input", "unset", "set text, token_ids or messages");
   }
   if (static_cast<int>(out.prompt.size()) >= limits.max_context) {
     return Bad("input", absl::StrCat(out.prompt.size(), " tokens"),

@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "common/chat_template/chat_template.h"
 #include "common/sampling_params.h"
 #include "common/tokenizer/tokenizer.h"
 #include "coordinator/scheduler/sequence.h"
@@ -42,10 +43,13 @@ struct ValidatedRequest {
 // max_input_bytes; called before the text is tokenized.
 absl::Status CheckInputSize(absl::string_view field, size_t num_bytes, const ServingLimits& limits);
 
-// Checks every field; INVALID_ARGUMENT names the field and the value. Tokenizes text.
+// Checks every field; INVALID_ARGUMENT names the field and the value. Tokenizes text and
+// renders messages with `chat_template` (null when the model has none: FAILED_PRECONDITION
+// for messages).
 absl::StatusOr<ValidatedRequest> ValidateGenerateRequest(const v1::GenerateRequest& request,
                                                          const Tokenizer& tokenizer,
-                                                         const ServingLimits& limits);
+                                                         const ServingLimits& limits,
+                                                         const ChatTemplate* chat_template = nullptr);
 
 }  // namespace tessera
 

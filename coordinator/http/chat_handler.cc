@@ -23,13 +23,7 @@ void Reject(HttpExchange& exchange, const OpenAiServing& serving, const ApiError
 ApiError NoTemplate(const OpenAiServing& serving) {
   ApiError e;
   const absl::Status& s = serving.chat_template_status;
-  if (absl::IsUnimplemented(s)) {
-    e.http_status = 501;
-    e.type = "not_implemented";
-    e.message = absl::StrCat("chat completions are not available: this coordinator was built without chat "
-                             "templates (",
-                             s.message(), "); use /v1/completions");
-  } else if (absl::IsNotFound(s) || s.ok()) {
+  if (absl::IsNotFound(s) || s.ok()) {
     e.http_status = 400;
     e.type = "invalid_request_error";
     e.param = "messages";
@@ -77,8 +71,7 @@ void HandleChatCompletions(std::shared_ptr<HttpExchange> exchange, const OpenAiS
   }
   if (!CheckModel(*exchange, *serving, request->model)) return;
   if (serving->chat_template == nullptr) {
-    Reject(*exchange, *serving, NoTemplate(*serving),
-           absl::IsUnimplemented(serving->chat_template_status) ? "chat_templates_not_built" : "no_chat_template");
+    Reject(*exchange, *serving, NoTemplate(*serving), "no_chat_template");
     return;
   }
   ChatRenderOptions options;

@@ -33,13 +33,4 @@ std::unique_ptr<Router> MakeOpenAiRouter(const OpenAiServing* serving) {
   return router;
 }
 
-absl::StatusOr<std::unique_ptr<ChatTemplate>> LoadChatTemplate(const std::filesystem::path& model_dir) {
-#ifdef TESSERA_HAVE_CHAT_TEMPLATE
-  return ChatTemplate::Load(model_dir);
-#else
-  (void)model_dir;
-  return absl::UnimplementedError("the tessera_chat_template library was not part of the build");
-#endif
-}
-
 }  // namespace tessera::http

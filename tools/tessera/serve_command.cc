@@ -53,6 +53,9 @@ int ServeMain(int argc, char** argv) {
                 "all on Ctrl-C (SIGINT) or SIGTERM. Clients connect to --port (gRPC) or --http-port\n"
                 "(OpenAI-compatible HTTP).");
   flags.String("model", &model, "Model folder.");
+  std::string chat_template;
+  flags.String("chat-template", &chat_template,
+               "Jinja file for GenerateRequest.messages instead of the model's chat template.");
   flags.Int("tp", &tp, "Tensor-parallel ranks per replica.");
   flags.Int("replicas", &replicas, "Replicas.");
   flags.String("host", &host, "Address the API binds to.");
@@ -103,7 +106,7 @@ int ServeMain(int argc, char** argv) {
   std::signal(SIGINT, OnSignal);
   std::signal(SIGTERM, OnSignal);
   std::vector<pid_t> children;
-  children.push_back(Spawn({(dir / "tessera-coordinator").string(), "--model", model, "--host", host,
+  std::vector<std::string> coordinator_args = {(dir / "tessera-coordinator").string(), "--model", model, "--host", host,
                             "--port", absl::StrCat(port), "--cluster-port", absl::StrCat(cluster_port),
                             "--store-port", absl::StrCat(store_port), "--tp", absl::StrCat(tp), "--replicas", absl::StrCat(replicas),
                             "--kv-memory-mb", absl::StrCat(kv_memory_mb), "--max-num-seqs",
@@ -112,7 +115,12 @@ int ServeMain(int argc, char** argv) {
                             "--policy", policy, "--communicator", communicator,
                             "--quantization", quantization, "--kv-cache-dtype", kv_cache_dtype,
                             "--metrics-port", absl::StrCat(metrics_port), "--http-port", absl::StrCat(http_port),
-                            absl::StrCat("--served-model-name=", served_model_name)}));
+                            absl::StrCat("--served-model-name=", served_model_name)};
+  if (!chat_template.empty()) {
+    coordinator_args.push_back("--chat-template");
+    coordinator_args.push_back(chat_template);
+  }
+  children.push_back(Spawn(coordinator_args));
   for (int w = 0; w < workers; ++w) {
     children.push_back(Spawn({(dir / "tessera-worker").string(), "--coordinator",
                               absl::StrCat("127.0.0.1:", cluster_port), "--threads", absl::StrCat(threads),

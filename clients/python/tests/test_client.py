@@ -175,6 +175,14 @@ class ClientTest(unittest.TestCase):
         self.assertEqual(ctx.exception.code(), grpc.StatusCode.INVALID_ARGUMENT)
         self.assertIn("sampling.temperature", ctx.exception.details())
 
+    def test_messages_without_chat_template_fail_precondition(self):
+        import grpc
+        # stories260K ships no chat template.
+        with self.assertRaises(grpc.RpcError) as ctx:
+            self.client.generate(messages=[{"role": "user", "content": "Hi"}], max_tokens=4)
+        self.assertEqual(ctx.exception.code(), grpc.StatusCode.FAILED_PRECONDITION)
+        self.assertIn("chat template", ctx.exception.details())
+
     def test_cli_example(self):
         stubs = os.path.join(ARGS.build_dir, "python_stubs")
         for stream in ([], ["--stream"]):

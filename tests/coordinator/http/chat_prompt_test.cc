@@ -44,7 +44,7 @@ struct Fixture {
     serving.tokenizer = &tokenizer;
   }
   ByteTokenizer tokenizer;
-  Admission admission{nullptr, &tokenizer, SmallLimits(), "http"};
+  Admission admission{nullptr, &tokenizer, SmallLimits(), nullptr, "http"};
   OpenAiServing serving;
 };
 

@@ -92,7 +92,7 @@ std::vector<size_t> SliceIndices(int64_t n, const Value& start_v, const Value& s
     *status = absl::InvalidArgumentError("slice step cannot be zero");
     return out;
   }
-  int64_t start, stop;
+  int64_t start = 0, stop = 0;
   const bool has_start = as_index(start_v, &start);
   const bool has_stop = as_index(stop_v, &stop);
   if (!status->ok()) return out;

@@ -26,13 +26,12 @@ import argparse
 import json
 import os
 import shutil
-import struct
 import sys
 
 import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from int4_checkpoint import BF16Array, read_safetensors  # noqa: E402
+from int4_checkpoint import BF16Array, read_safetensors, write_safetensors  # noqa: E402
 
 LINEARS = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
 ATTENTION = ("q_proj", "k_proj", "v_proj", "o_proj")
@@ -76,32 +75,11 @@ def quantize(w, per_channel):
 class F8Array:
     """E4M3 bytes, written with dtype F8_E4M3."""
 
+    DTYPE = "F8_E4M3"
+
     def __init__(self, bits):
         self.bits = bits
         self.shape = bits.shape
-
-
-def write_safetensors(path, tensors):
-    names = {np.dtype(np.float32): "F32", np.dtype(np.float16): "F16", np.dtype(np.int32): "I32"}
-    header, blobs, offset = {}, [], 0
-    for name, arr in tensors.items():
-        if isinstance(arr, BF16Array):
-            blob, dtype = np.ascontiguousarray(arr.bits).tobytes(), "BF16"
-        elif isinstance(arr, F8Array):
-            blob, dtype = np.ascontiguousarray(arr.bits).tobytes(), "F8_E4M3"
-        else:
-            blob, dtype = np.ascontiguousarray(arr).tobytes(), names[arr.dtype]
-        header[name] = {"dtype": dtype, "shape": list(arr.shape),
-                        "data_offsets": [offset, offset + len(blob)]}
-        blobs.append(blob)
-        offset += len(blob)
-    text = json.dumps(header).encode()
-    text += b" " * ((8 - len(text) % 8) % 8)
-    with open(path, "wb") as f:
-        f.write(struct.pack("<Q", len(text)))
-        f.write(text)
-        for blob in blobs:
-            f.write(blob)
 
 
 def main():

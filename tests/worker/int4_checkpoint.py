@@ -33,6 +33,8 @@ DTYPES = {"F32": np.float32, "F16": np.float16, "I32": np.int32}
 class BF16Array:
     """BF16 bits kept as they are, so tensors left unquantized are copied bit for bit."""
 
+    DTYPE = "BF16"
+
     def __init__(self, bits):
         self.bits = bits
         self.shape = bits.shape
@@ -67,8 +69,8 @@ def write_safetensors(path, tensors):
     names = {np.dtype(np.float32): "F32", np.dtype(np.float16): "F16", np.dtype(np.int32): "I32"}
     header, blobs, offset = {}, [], 0
     for name, arr in tensors.items():
-        if isinstance(arr, BF16Array):
-            blob, dtype = np.ascontiguousarray(arr.bits).tobytes(), "BF16"
+        if hasattr(arr, "bits"):  # Raw bits of a dtype numpy lacks (BF16Array, F8Array).
+            blob, dtype = np.ascontiguousarray(arr.bits).tobytes(), arr.DTYPE
         else:
             blob, dtype = np.ascontiguousarray(arr).tobytes(), names[arr.dtype]
         header[name] = {"dtype": dtype, "shape": list(arr.shape),

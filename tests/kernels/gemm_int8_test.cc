@@ -126,33 +126,41 @@ TEST(GemmInt8BlockedTest, EveryLevelMatchesTheScalarPathAtAwkwardSizes) {
   ExpectMatches(&pool, 3, 256, 2048, &rng);  // Parallel over row blocks.
 }
 
-// The dispatcher picks one AVX-512 kernel per CPU; run the other one here too.
+// The dispatcher picks one AVX-512 kernel per CPU; run both the BW (`plain`) and the VNNI
+// (`vnni`, where the CPU has it) kernels against the scalar one on `w`.
+void ExpectAvx512KernelsMatch(const MatrixView& w, int64_t row_blocks, int64_t m,
+                              gemm_int8_internal::BlocksFn scalar,
+                              gemm_int8_internal::BlocksFn plain,
+                              gemm_int8_internal::BlocksFn vnni, std::mt19937* rng) {
+  const int64_t n = w.rows, k = w.cols;
+  std::uniform_real_distribution<float> uni(-1.0f, 1.0f);
+  std::vector<float> x(m * k);
+  for (float& v : x) v = uni(*rng);
+  std::vector<int32_t> pairs, sums;
+  std::vector<float> scales;
+  gemm_int8_internal::Int8Activations acts;
+  gemm_int8_internal::QuantizeActivations(x.data(), m, k, &pairs, &scales, &sums, &acts);
+  std::vector<float> expected(m * n), y(m * n);
+  scalar(acts, m, w, expected.data(), 0, row_blocks);
+  std::vector<gemm_int8_internal::BlocksFn> kernels = {plain};
+  if (gemm_int8_internal::CpuHasAvx512Vnni()) kernels.push_back(vnni);
+  for (size_t i = 0; i < kernels.size(); ++i) {
+    std::fill(y.begin(), y.end(), std::nanf(""));
+    kernels[i](acts, m, w, y.data(), 0, row_blocks);
+    ASSERT_EQ(0, std::memcmp(y.data(), expected.data(), y.size() * sizeof(float)))
+        << "kernel " << i << " m=" << m << " n=" << n << " k=" << k;
+  }
+}
+
 TEST(GemmInt8BlockedTest, BothAvx512KernelsMatchTheScalarPath) {
   if (!gemm_int8_internal::CpuHasAvx512Bw()) GTEST_SKIP() << "no AVX512-BW on this CPU";
   std::mt19937 rng(5);
   for (auto [m, n, k] : std::vector<std::tuple<int64_t, int64_t, int64_t>>{
            {1, 33, 172}, {2, 16, 64}, {3, 40, 96}, {8, 17, 2048}, {13, 50, 77}}) {
     const Weights w = RandomWeights(n, k, &rng);
-    std::uniform_real_distribution<float> uni(-1.0f, 1.0f);
-    std::vector<float> x(m * k);
-    for (float& v : x) v = uni(rng);
-    std::vector<int32_t> pairs, sums;
-    std::vector<float> scales;
-    gemm_int8_internal::Int8Activations acts;
-    gemm_int8_internal::QuantizeActivations(x.data(), m, k, &pairs, &scales, &sums, &acts);
-    const int64_t blocks = Int8BlockedShape{n, k}.row_blocks();
-    std::vector<float> expected(m * n), y(m * n);
-    gemm_int8_internal::BlocksScalar(acts, m, w.view(), expected.data(), 0, blocks);
-    std::vector<gemm_int8_internal::BlocksFn> kernels = {gemm_int8_internal::BlocksAvx512};
-    if (gemm_int8_internal::CpuHasAvx512Vnni()) {
-      kernels.push_back(gemm_int8_internal::BlocksAvx512Vnni);
-    }
-    for (size_t i = 0; i < kernels.size(); ++i) {
-      std::fill(y.begin(), y.end(), std::nanf(""));
-      kernels[i](acts, m, w.view(), y.data(), 0, blocks);
-      ASSERT_EQ(0, std::memcmp(y.data(), expected.data(), y.size() * sizeof(float)))
-          << "kernel " << i << " m=" << m << " n=" << n << " k=" << k;
-    }
+    ExpectAvx512KernelsMatch(w.view(), Int8BlockedShape{n, k}.row_blocks(), m,
+                             gemm_int8_internal::BlocksScalar, gemm_int8_internal::BlocksAvx512,
+                             gemm_int8_internal::BlocksAvx512Vnni, &rng);
   }
 }
 
@@ -236,26 +244,10 @@ TEST(GemmInt4BlockedTest, BothAvx512KernelsMatchTheScalarPath) {
   for (auto [m, n, k] : std::vector<std::tuple<int64_t, int64_t, int64_t>>{
            {1, 70, 256}, {3, 33, 128}, {8, 17, 512}}) {
     const Int4Weights w = RandomInt4(n, k, 128, &rng);
-    std::uniform_real_distribution<float> uni(-1.0f, 1.0f);
-    std::vector<float> x(m * k);
-    for (float& v : x) v = uni(rng);
-    std::vector<int32_t> pairs, sums;
-    std::vector<float> scales;
-    gemm_int8_internal::Int8Activations acts;
-    gemm_int8_internal::QuantizeActivations(x.data(), m, k, &pairs, &scales, &sums, &acts);
-    const int64_t blocks = Int4BlockedShape{n, k, 128}.row_blocks();
-    std::vector<float> expected(m * n), y(m * n);
-    gemm_int8_internal::BlocksInt4Scalar(acts, m, w.view(), expected.data(), 0, blocks);
-    std::vector<gemm_int8_internal::BlocksFn> kernels = {gemm_int8_internal::BlocksInt4Avx512};
-    if (gemm_int8_internal::CpuHasAvx512Vnni()) {
-      kernels.push_back(gemm_int8_internal::BlocksInt4Avx512Vnni);
-    }
-    for (size_t i = 0; i < kernels.size(); ++i) {
-      std::fill(y.begin(), y.end(), std::nanf(""));
-      kernels[i](acts, m, w.view(), y.data(), 0, blocks);
-      ASSERT_EQ(0, std::memcmp(y.data(), expected.data(), y.size() * sizeof(float)))
-          << "kernel " << i << " m=" << m << " n=" << n << " k=" << k;
-    }
+    ExpectAvx512KernelsMatch(w.view(), Int4BlockedShape{n, k, 128}.row_blocks(), m,
+                             gemm_int8_internal::BlocksInt4Scalar,
+                             gemm_int8_internal::BlocksInt4Avx512,
+                             gemm_int8_internal::BlocksInt4Avx512Vnni, &rng);
   }
 }
 

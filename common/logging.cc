@@ -95,8 +95,10 @@ std::string FormatLogLine(LogFormat format, LogLevel level, absl::string_view ti
     j["level"] = LevelName(level);
     j["component"] = std::string(component);
     j["msg"] = std::string(message);
-    for (const auto& [key, value] : fields) {
-      std::visit([&j, &key](const auto& x) { j[key] = x; }, value);
+    for (const auto& field : fields) {
+      // Not a structured binding: clang 14 (the fuzzers' compiler) cannot capture one.
+      const auto& key = field.first;
+      std::visit([&j, &key](const auto& x) { j[key] = x; }, field.second);
     }
     // Invalid UTF-8 (a half token in a message) must not throw out of a log call.
     return j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);

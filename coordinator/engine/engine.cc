@@ -340,7 +340,9 @@ void Engine::Handle(StepDone& m) {
   }
   sched::StepResult result;
   result.step_id = r.plan.step_id;
-  for (const auto& s : m.result->sampled()) result.sampled.push_back({s.seq_id(), s.token_id()});
+  for (const auto& s : m.result->sampled()) {
+    result.sampled.push_back({static_cast<sched::SeqId>(s.seq_id()), s.token_id()});
+  }
   auto events = r.scheduler->Update(result);
   if (!events.ok()) {
     r.scheduler->FailStep();

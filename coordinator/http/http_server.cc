@@ -311,8 +311,15 @@ class Session final : public HttpExchange, public std::enable_shared_from_this<S
     beast::error_code ignored;
     Tcp().socket().cancel(ignored);  // The close watch.
     if (!keep_alive_) {
-      Tcp().socket().shutdown(tcp::socket::shutdown_send, ignored);
       gone_ = true;
+      if constexpr (kTls) {
+        // close_notify first: TLS clients reading to the end of the stream treat a bare
+        // TCP close as truncation. It also waits (bounded) for the client's close.
+        Tcp().expires_after(std::chrono::seconds(5));
+        stream_.async_shutdown([self = this->shared_from_this()](beast::error_code) { self->Tcp().close(); });
+        return;
+      }
+      Tcp().socket().shutdown(tcp::socket::shutdown_send, ignored);
       // Read (and drop) what the client still sends before closing: closing with unread
       // bytes resets the connection, and a client still sending a body refused with 413
       // would see the reset instead of the answer.

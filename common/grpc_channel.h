@@ -15,16 +15,19 @@ namespace tessera {
 // failed with "tcp handshaker shutdown". gRPC's own default is 20 s.
 inline constexpr int kConnectTimeoutMs = 20000;
 
-// A plaintext channel to a server that may still be starting: a refused connect is
+// A channel to a server that may still be starting: a refused connect is
 // retried after 100 ms, growing to at most 500 ms, instead of gRPC's default backoff (1 s,
 // growing past 2.5 s), so a caller that polls for readiness sees the server within a
 // fraction of a second of it listening; an attempt in progress gets kConnectTimeoutMs.
-inline std::shared_ptr<grpc::Channel> ChannelToStartingServer(const std::string& address) {
+// `credentials` null: plaintext.
+inline std::shared_ptr<grpc::Channel> ChannelToStartingServer(
+    const std::string& address, std::shared_ptr<grpc::ChannelCredentials> credentials = nullptr) {
   grpc::ChannelArguments args;
   args.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, 100);
   args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, 500);
   args.SetInt(GRPC_ARG_MIN_RECONNECT_BACKOFF_MS, kConnectTimeoutMs);
-  return grpc::CreateCustomChannel(address, grpc::InsecureChannelCredentials(), args);
+  if (credentials == nullptr) credentials = grpc::InsecureChannelCredentials();
+  return grpc::CreateCustomChannel(address, credentials, args);
 }
 
 }  // namespace tessera

@@ -10,6 +10,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/flag_set.h"
+#include "coordinator/tls/grpc_server_tls.h"
 #include "common/generation_config.h"
 #include "common/logging.h"
 #include "common/metrics/http_server.h"
@@ -133,6 +134,13 @@ int main(int argc, char** argv) {
                "folder's name.");
   flags.Int("metrics-port", &metrics_port, "HTTP port of /metrics, /healthz and /readyz (0: disabled).");
   flags.String("metrics-host", &metrics_host, "Address the metrics port binds to (empty: same as --host).");
+  tessera::tls::TlsFiles tls_files;
+  flags.String("tls-cert", &tls_files.cert_file,
+               "PEM certificate chain of the public gRPC and HTTP ports (with --tls-key: TLS; reloaded when "
+               "the file changes).");
+  flags.String("tls-key", &tls_files.key_file, "PEM private key of --tls-cert.");
+  flags.String("tls-client-ca", &tls_files.client_ca_file,
+               "PEM CA bundle: clients must present a certificate it signed (mutual TLS).");
   flags.String("log-format", &log_format, "Log lines on stderr: text or json.");
   flags.String("log-level", &log_level, "Least severe level logged: debug, info, warning or error.");
   if (auto s = flags.Parse(argc, argv); !s.ok()) return Fail(std::string(s.message()));
@@ -142,6 +150,12 @@ int main(int argc, char** argv) {
   }
   if (auto s = tessera::ConfigureLogging(log_format, log_level); !s.ok()) return Fail(std::string(s.message()));
   if (model.empty()) return Fail("--model is required");
+  if (auto s = tessera::tls::Validate(tls_files); !s.ok()) return Fail(std::string(s.message()));
+  if (!tls_files.enabled()) {
+    std::fprintf(stderr,
+                 "tessera-coordinator: warning: the public gRPC and HTTP APIs are plaintext; pass --tls-cert and "
+                 "--tls-key outside a trusted network\n");
+  }
   if (communicator != "auto" && communicator != "gloo" && communicator != "shm" &&
       communicator != "nccl") {
     return Fail(absl::StrCat("--communicator must be auto, gloo, shm or nccl, got ", communicator));
@@ -274,7 +288,8 @@ int main(int argc, char** argv) {
   grpc::reflection::InitProtoReflectionServerBuilderPlugin();
   grpc::ServerBuilder public_builder;
   int bound_port = 0;
-  public_builder.AddListeningPort(absl::StrCat(host, ":", port), grpc::InsecureServerCredentials(), &bound_port);
+  public_builder.AddListeningPort(absl::StrCat(host, ":", port), tessera::tls::PublicServerCredentials(tls_files),
+                                  &bound_port);
   public_builder.RegisterService(&api);
   // Sized on purpose: the largest text allowed, or a full context of token ids at 10 bytes
   // each (a negative int32 varint), plus room for the other fields. A bigger message is
@@ -303,8 +318,8 @@ int main(int argc, char** argv) {
   if (cluster_server == nullptr || bound_cluster_port == 0) {
     return Fail(absl::StrCat("cannot listen on ", cluster_host, ":", cluster_port));
   }
-  std::fprintf(stderr, "tessera-coordinator: API on %s:%d, workers register on %s:%d (tp=%lld, replicas=%lld)\n",
-               host.c_str(), bound_port, cluster_host.c_str(), bound_cluster_port,
+  std::fprintf(stderr, "tessera-coordinator: API on %s:%d%s, workers register on %s:%d (tp=%lld, replicas=%lld)\n",
+               host.c_str(), bound_port, tls_files.enabled() ? " (TLS)" : " (plaintext)", cluster_host.c_str(), bound_cluster_port,
                static_cast<long long>(tp), static_cast<long long>(replicas));
 
   // The OpenAI-compatible HTTP API: the same engine, validation and limits as gRPC, its
@@ -332,6 +347,7 @@ int main(int argc, char** argv) {
     ho.host = http_host.empty() ? host : http_host;
     ho.port = static_cast<int>(http_port);
     ho.num_threads = static_cast<int>(http_threads);
+    ho.tls = tls_files;
     // A JSON body holds the prompt (or a full context of token ids) plus the other fields.
     ho.max_body_bytes = static_cast<uint64_t>(max_message);
     ho.handler = [router = openai_router.get()](std::shared_ptr<tessera::http::HttpExchange> ex) {
@@ -347,8 +363,8 @@ int main(int argc, char** argv) {
     auto started = tessera::http::HttpServer::Start(std::move(ho));
     if (!started.ok()) return Fail(std::string(started.status().message()));
     http_server = std::move(*started);
-    std::fprintf(stderr, "tessera-coordinator: OpenAI-compatible HTTP API on http://%s:%d/v1 (model \"%s\"%s)\n",
-                 (http_host.empty() ? host : http_host).c_str(), http_server->port(), openai.served_model.c_str(),
+    std::fprintf(stderr, "tessera-coordinator: OpenAI-compatible HTTP API on %s://%s:%d/v1 (model \"%s\"%s)\n",
+                 tls_files.enabled() ? "https" : "http", (http_host.empty() ? host : http_host).c_str(), http_server->port(), openai.served_model.c_str(),
                  chat_template != nullptr ? ", chat template loaded" : ", no chat template");
   }
 

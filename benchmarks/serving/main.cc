@@ -16,6 +16,7 @@
 #include "benchmarks/serving/workload.h"
 #include "common/flag_set.h"
 #include "common/grpc_channel.h"
+#include "common/grpc_client_tls.h"
 #include "common/progress_line.h"
 
 namespace tessera::bench {
@@ -23,6 +24,7 @@ namespace {
 
 struct Flags {
   std::string address = "127.0.0.1:50051";
+  ClientTlsFiles tls;
   std::string workload = "fixed";
   std::string dataset;
   std::string out;
@@ -108,6 +110,9 @@ int Main(int argc, char** argv) {
                 "{\"prompt\": text or [ids], \"output_len\": N}), shared-prefix (--num-prefixes x\n"
                 "--suffixes-per-prefix prompts). Writes a JSON result with its conditions (--out).");
   flags.String("address", &f.address, "Coordinator API address host:port.");
+  flags.String("tls-ca", &f.tls.ca_file, "PEM CA bundle: connect with TLS and verify the server against it.");
+  flags.String("tls-cert", &f.tls.cert_file, "PEM client certificate (mutual TLS; needs --tls-ca).");
+  flags.String("tls-key", &f.tls.key_file, "PEM private key of --tls-cert.");
   flags.String("workload", &f.workload, "fixed, jsonl or shared-prefix.");
   flags.Int("num-requests", &f.num_requests, "Measured requests (shared-prefix: at most prefixes x suffixes).");
   flags.Int("input-len", &f.input_len, "Prompt tokens (fixed workload).");
@@ -153,7 +158,9 @@ int Main(int argc, char** argv) {
   if (f.workload == "jsonl" && f.dataset.empty()) return Fail("--workload jsonl needs --dataset FILE");
   if (!(f.timeout_s > 0)) return Fail(absl::StrCat("--timeout-s must be positive, got ", f.timeout_s));
 
-  auto channel = ChannelToStartingServer(f.address);
+  auto credentials = ClientCredentials(f.tls);
+  if (!credentials.ok()) return Fail(std::string(credentials.status().message()));
+  auto channel = ChannelToStartingServer(f.address, *credentials);
   if (absl::Status s = WaitUntilServing(channel, std::chrono::seconds(f.wait_ready_s)); !s.ok()) {
     return Fail(absl::StrCat(f.address, ": ", s.message()));
   }

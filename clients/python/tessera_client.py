@@ -147,11 +147,24 @@ HEALTH_NAMES = {0: "UNKNOWN", 1: "SERVING", 2: "NOT_SERVING", 3: "SERVICE_UNKNOW
 class TesseraClient:
     """A connection to one Tessera coordinator. Safe to share between threads."""
 
-    def __init__(self, address: str, stubs_dir: str = DEFAULT_STUBS_DIR, timeout: float = 600.0):
+    def __init__(self, address: str, stubs_dir: str = DEFAULT_STUBS_DIR, timeout: float = 600.0,
+                 tls_ca: Optional[str] = None, tls_cert: Optional[str] = None, tls_key: Optional[str] = None):
+        """tls_ca: PEM file of the CA to verify the server with (TLS); None: plaintext.
+        tls_cert and tls_key: a client certificate, for a server started with --tls-client-ca."""
         load_stubs(stubs_dir)
         self.address = address
         self.timeout = timeout
-        self._channel = grpc.insecure_channel(address)
+        if tls_ca is None:
+            self._channel = grpc.insecure_channel(address)
+        else:
+            def read(path):
+                with open(path, "rb") as f:
+                    return f.read()
+            credentials = grpc.ssl_channel_credentials(
+                root_certificates=read(tls_ca),
+                private_key=read(tls_key) if tls_key else None,
+                certificate_chain=read(tls_cert) if tls_cert else None)
+            self._channel = grpc.secure_channel(address, credentials)
         self._stub = pb2_grpc.GenerationStub(self._channel)
         # HealthCheckRequest{service=""} encodes as empty bytes.
         self._health = self._channel.unary_unary(
@@ -274,6 +287,9 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     p.add_argument("--json", action="store_true", help="print one JSON object")
     p.add_argument("--wait-ready", type=float, default=0, help="wait this long for SERVING first")
     p.add_argument("--stubs", default=DEFAULT_STUBS_DIR, help="folder of the generated Python stubs")
+    p.add_argument("--tls-ca", help="PEM CA file: connect with TLS and verify the server against it")
+    p.add_argument("--tls-cert", help="PEM client certificate (mutual TLS)")
+    p.add_argument("--tls-key", help="PEM private key of --tls-cert")
     args = p.parse_args(argv)
     if (args.prompt is None) == (args.prompt_ids is None):
         p.error("pass exactly one of --prompt and --prompt-ids")
@@ -282,7 +298,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
                    top_k=args.top_k, seed=args.seed, stop=args.stop, ignore_eos=args.ignore_eos,
                    logprobs=args.logprobs)
     try:
-        with TesseraClient(args.server, stubs_dir=args.stubs) as client:
+        with TesseraClient(args.server, stubs_dir=args.stubs, tls_ca=args.tls_ca, tls_cert=args.tls_cert,
+                           tls_key=args.tls_key) as client:
             if args.wait_ready > 0:
                 client.wait_ready(args.wait_ready)
             if args.stream:

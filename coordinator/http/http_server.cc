@@ -11,6 +11,7 @@
 #include <optional>
 #include <sstream>
 #include <thread>
+#include <type_traits>
 #include <utility>
 #include <vector>
 
@@ -18,8 +19,10 @@
 #include "boost/asio.hpp"
 #include "boost/beast/core.hpp"
 #include "boost/beast/http.hpp"
+#include "boost/beast/ssl.hpp"
 #include "common/logging.h"
 #include "coordinator/http/sse_writer.h"
+#include "coordinator/tls/ssl_context_watcher.h"
 
 namespace tessera::http {
 namespace {
@@ -28,20 +31,43 @@ namespace beast = boost::beast;
 namespace net = boost::asio;
 namespace bhttp = boost::beast::http;
 using tcp = net::ip::tcp;
+namespace ssl = boost::asio::ssl;
 
-class Session final : public HttpExchange, public std::enable_shared_from_this<Session> {
+// Stream: beast::tcp_stream (plaintext) or beast::ssl_stream<beast::tcp_stream> (TLS).
+template <class Stream>
+class Session final : public HttpExchange, public std::enable_shared_from_this<Session<Stream>> {
  public:
-  Session(tcp::socket socket, const HttpServerOptions* options, std::atomic<int>* num_active_exchanges)
-      : stream_(std::move(socket)), options_(options), num_active_exchanges_(num_active_exchanges) {}
+  static constexpr bool kTls = !std::is_same_v<Stream, beast::tcp_stream>;
+
+  Session(const HttpServerOptions* options, std::atomic<int>* num_active_exchanges, tcp::socket socket,
+          std::shared_ptr<ssl::context> tls_context = nullptr)
+      : stream_(MakeStream(std::move(socket), tls_context.get())),
+        tls_context_(std::move(tls_context)),
+        options_(options),
+        num_active_exchanges_(num_active_exchanges) {}
 
   void Start() {
-    net::dispatch(stream_.get_executor(), [self = shared_from_this()] { self->DoRead(); });
+    net::dispatch(stream_.get_executor(), [self = this->shared_from_this()] {
+      if constexpr (kTls) {
+        // Bounded, so a client that connects and never completes a handshake is dropped.
+        self->Tcp().expires_after(std::chrono::seconds(30));
+        self->stream_.async_handshake(ssl::stream_base::server, [self](beast::error_code ec) {
+          if (ec) {
+            self->Gone();
+            return;
+          }
+          self->DoRead();
+        });
+      } else {
+        self->DoRead();
+      }
+    });
   }
 
   const HttpRequest& request() const override { return request_; }
 
   void Post(std::function<void()> fn) override {
-    net::post(stream_.get_executor(), [self = shared_from_this(), fn = std::move(fn)] { fn(); });
+    net::post(stream_.get_executor(), [self = this->shared_from_this(), fn = std::move(fn)] { fn(); });
   }
 
   void Respond(int status, std::string body, std::string content_type,
@@ -108,9 +134,9 @@ class Session final : public HttpExchange, public std::enable_shared_from_this<S
     parser_.emplace();
     parser_->body_limit(options_->max_body_bytes);
     parser_->header_limit(64 << 10);
-    stream_.expires_after(std::chrono::seconds(options_->idle_timeout_seconds));
+    Tcp().expires_after(std::chrono::seconds(options_->idle_timeout_seconds));
     bhttp::async_read_header(stream_, buffer_, *parser_,
-                             [self = shared_from_this()](beast::error_code ec, size_t) { self->OnHeader(ec); });
+                             [self = this->shared_from_this()](beast::error_code ec, size_t) { self->OnHeader(ec); });
   }
 
   // The header alone first: a client that sent `Expect: 100-continue` (curl does for
@@ -122,14 +148,14 @@ class Session final : public HttpExchange, public std::enable_shared_from_this<S
       OnRead(ec);
       return;
     }
-    auto read_body = [self = shared_from_this()] {
+    auto read_body = [self = this->shared_from_this()] {
       bhttp::async_read(self->stream_, self->buffer_, *self->parser_,
                         [self](beast::error_code ec, size_t) { self->OnRead(ec); });
     };
     if (beast::iequals(parser_->get()[bhttp::field::expect], "100-continue")) {
       static const std::string kContinue = "HTTP/1.1 100 Continue\r\n\r\n";
       net::async_write(stream_, net::buffer(kContinue),
-                       [self = shared_from_this(), read_body](beast::error_code ec, size_t) {
+                       [self = this->shared_from_this(), read_body](beast::error_code ec, size_t) {
                          if (ec) {
                            self->Gone();
                            return;
@@ -143,7 +169,7 @@ class Session final : public HttpExchange, public std::enable_shared_from_this<S
 
   void OnRead(beast::error_code ec) {
     if (gone_) return;
-    stream_.expires_never();
+    Tcp().expires_never();
     if (ec == bhttp::error::body_limit) {
       // Answered at once, from the Content-Length: the rest of the body is never parsed.
       RespondAndClose(413, absl::StrCat("the request body exceeds ", options_->max_body_bytes,
@@ -177,7 +203,7 @@ class Session final : public HttpExchange, public std::enable_shared_from_this<S
     start_ = std::chrono::steady_clock::now();
     ++exchange_id_;
     WatchForClose();
-    options_->handler(shared_from_this());
+    options_->handler(this->shared_from_this());
   }
 
   // An error the server answers by itself, before any handler; the connection closes.
@@ -195,8 +221,8 @@ class Session final : public HttpExchange, public std::enable_shared_from_this<S
   // at once instead of at its next write, and a unary request or one still queued frees
   // its slot too.
   void WatchForClose() {
-    stream_.socket().async_wait(tcp::socket::wait_read,
-                                [self = shared_from_this(), id = exchange_id_](beast::error_code ec) {
+    Tcp().socket().async_wait(tcp::socket::wait_read,
+                                [self = this->shared_from_this(), id = exchange_id_](beast::error_code ec) {
                                   if (id != self->exchange_id_ || !self->in_exchange_) return;
                                   if (ec == net::error::operation_aborted) return;
                                   if (ec) {
@@ -208,7 +234,7 @@ class Session final : public HttpExchange, public std::enable_shared_from_this<S
                                   // alarm (watch again), bytes a pipelined request (read after this
                                   // one), any other error a reset.
                                   char byte;
-                                  const ssize_t n = ::recv(self->stream_.socket().native_handle(), &byte, 1,
+                                  const ssize_t n = ::recv(self->Tcp().socket().native_handle(), &byte, 1,
                                                            MSG_PEEK | MSG_DONTWAIT);
                                   if (n == 0 || (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR)) {
                                     self->Gone();
@@ -234,7 +260,7 @@ class Session final : public HttpExchange, public std::enable_shared_from_this<S
     }
     writing_ = true;
     net::async_write(stream_, net::buffer(queue_.front().bytes),
-                     [self = shared_from_this()](beast::error_code ec, size_t) { self->OnWritten(ec); });
+                     [self = this->shared_from_this()](beast::error_code ec, size_t) { self->OnWritten(ec); });
   }
 
   void OnWritten(beast::error_code ec) {
@@ -283,14 +309,21 @@ class Session final : public HttpExchange, public std::enable_shared_from_this<S
     client_gone_ = nullptr;
     ++exchange_id_;
     beast::error_code ignored;
-    stream_.socket().cancel(ignored);  // The close watch.
+    Tcp().socket().cancel(ignored);  // The close watch.
     if (!keep_alive_) {
-      stream_.socket().shutdown(tcp::socket::shutdown_send, ignored);
       gone_ = true;
+      if constexpr (kTls) {
+        // close_notify first: TLS clients reading to the end of the stream treat a bare
+        // TCP close as truncation. It also waits (bounded) for the client's close.
+        Tcp().expires_after(std::chrono::seconds(5));
+        stream_.async_shutdown([self = this->shared_from_this()](beast::error_code) { self->Tcp().close(); });
+        return;
+      }
+      Tcp().socket().shutdown(tcp::socket::shutdown_send, ignored);
       // Read (and drop) what the client still sends before closing: closing with unread
       // bytes resets the connection, and a client still sending a body refused with 413
       // would see the reset instead of the answer.
-      stream_.expires_after(std::chrono::seconds(5));
+      Tcp().expires_after(std::chrono::seconds(5));
       Linger();
       return;
     }
@@ -298,9 +331,9 @@ class Session final : public HttpExchange, public std::enable_shared_from_this<S
   }
 
   void Linger() {
-    stream_.async_read_some(net::buffer(drain_), [self = shared_from_this()](beast::error_code ec, size_t) {
+    stream_.async_read_some(net::buffer(drain_), [self = this->shared_from_this()](beast::error_code ec, size_t) {
       if (ec) {
-        self->stream_.close();
+        self->Tcp().close();
         return;
       }
       self->Linger();
@@ -319,15 +352,27 @@ class Session final : public HttpExchange, public std::enable_shared_from_this<S
     std::deque<Piece> queue = std::move(queue_);
     queue_.clear();
     beast::error_code ignored;
-    stream_.socket().shutdown(tcp::socket::shutdown_both, ignored);
-    stream_.close();
+    Tcp().socket().shutdown(tcp::socket::shutdown_both, ignored);
+    Tcp().close();
     for (Piece& p : queue) {
       if (p.done) p.done(false);
     }
     if (was_in_exchange && client_gone) client_gone();
   }
 
-  beast::tcp_stream stream_;
+  static Stream MakeStream(tcp::socket socket, ssl::context* tls_context) {
+    if constexpr (kTls) {
+      return Stream(std::move(socket), *tls_context);
+    } else {
+      return Stream(std::move(socket));
+    }
+  }
+
+  beast::tcp_stream& Tcp() { return beast::get_lowest_layer(stream_); }
+
+  Stream stream_;
+  // Held for the connection's life: the watcher may have replaced it for new connections.
+  std::shared_ptr<ssl::context> tls_context_;
   const HttpServerOptions* const options_;
   std::atomic<int>* const num_active_exchanges_;
   beast::flat_buffer buffer_;
@@ -364,15 +409,33 @@ struct HttpServer::Impl {
         if (options.send_buffer_bytes > 0) {
           socket.set_option(net::socket_base::send_buffer_size(options.send_buffer_bytes), ignored);
         }
-        std::make_shared<Session>(std::move(socket), &options, &num_active_exchanges)->Start();
+        if (tls_watcher != nullptr) {
+          std::make_shared<Session<beast::ssl_stream<beast::tcp_stream>>>(&options, &num_active_exchanges,
+                                                                          std::move(socket), tls_watcher->Current())
+              ->Start();
+        } else {
+          std::make_shared<Session<beast::tcp_stream>>(&options, &num_active_exchanges, std::move(socket))->Start();
+        }
       }
       Accept();
+    });
+  }
+
+  // Every few seconds on the I/O threads: cheap (three stat calls) unless the files changed.
+  void PollTls() {
+    tls_timer.expires_after(std::chrono::seconds(2));
+    tls_timer.async_wait([this](beast::error_code ec) {
+      if (ec) return;
+      tls_watcher->Poll();
+      PollTls();
     });
   }
 
   HttpServerOptions options;
   net::io_context ioc;
   tcp::acceptor acceptor;
+  std::unique_ptr<tls::SslContextWatcher> tls_watcher;  // Null: plaintext.
+  net::steady_timer tls_timer{ioc};
   std::vector<std::thread> threads;
   std::atomic<int> num_active_exchanges{0};
   int port = 0;
@@ -401,6 +464,12 @@ absl::StatusOr<std::unique_ptr<HttpServer>> HttpServer::Start(HttpServerOptions 
         absl::StrCat("cannot listen on ", impl->options.host, ":", impl->options.port, ": ", ec.message()));
   }
   impl->port = impl->acceptor.local_endpoint().port();
+  if (impl->options.tls.enabled()) {
+    auto watcher = tls::SslContextWatcher::Create(impl->options.tls);
+    if (!watcher.ok()) return watcher.status();
+    impl->tls_watcher = std::move(*watcher);
+    impl->PollTls();
+  }
   impl->Accept();
   for (int i = 0; i < std::max(1, impl->options.num_threads); ++i) {
     impl->threads.emplace_back([ioc = &impl->ioc] { ioc->run(); });
@@ -414,6 +483,7 @@ void HttpServer::Stop(std::chrono::milliseconds grace) {
   net::post(impl_->ioc, [impl = impl_.get()] {
     beast::error_code ignored;
     impl->acceptor.close(ignored);
+    impl->tls_timer.cancel();
   });
   // Answers whose last bytes are still being written (a drained request's final chunk and
   // [DONE]) get `grace` to go out; idle keep-alive connections do not hold it up.

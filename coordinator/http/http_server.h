@@ -9,6 +9,7 @@
 
 #include "absl/status/statusor.h"
 #include "coordinator/http/http_exchange.h"
+#include "coordinator/tls/tls_options.h"
 
 namespace tessera::http {
 
@@ -24,6 +25,8 @@ struct HttpServerOptions {
   int send_buffer_bytes = 256 << 10;
   // A connection that sends no (complete) request for this long is closed.
   int idle_timeout_seconds = 300;
+  // Enabled: HTTPS only, with the files reloaded when they change (new connections).
+  tls::TlsFiles tls;
   // Called on the exchange's strand for every request read.
   std::function<void(std::shared_ptr<HttpExchange>)> handler;
   // The body of an error the server answers by itself (400 malformed HTTP, 413, 431), as

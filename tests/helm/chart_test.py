@@ -29,7 +29,7 @@ CHART_DIR = os.path.join(SOURCE_DIR, "helm", "tessera")
 # The newest Kubernetes release whose schemas kubernetes-validate ships.
 KUBE_VERSION = kubernetes_validate.utils.latest_version()
 # Custom resources: not in the Kubernetes API schemas, so checked structurally below.
-CRD_GROUPS = ("monitoring.coreos.com/", "leaderworkerset.x-k8s.io/")
+CRD_GROUPS = ("monitoring.coreos.com/", "leaderworkerset.x-k8s.io/", "cert-manager.io/")
 RELEASE, NAMESPACE = "demo", "serving"
 
 VALUE_SETS = {
@@ -62,6 +62,12 @@ VALUE_SETS = {
                   "objectStore": {"url": ":s3:models/llama",
                                   "envFrom": [{"secretRef": {"name": "s3-credentials"}}]}},
         "imagePullSecrets": [{"name": "registry"}],
+    },
+    "tls_secret": {"tls": {"secretName": "tessera-tls"}},
+    "tls_cert_manager_mtls": {
+        "tls": {"clientCA": True,
+                "certManager": {"enabled": True, "issuerRef": {"name": "internal-ca", "kind": "ClusterIssuer"},
+                                "dnsNames": ["llm.example.com"]}},
     },
 }
 
@@ -453,6 +459,58 @@ class ChartShapeTest(unittest.TestCase):
         self.assertIn(f"--server={RELEASE}-tessera-coordinator.{NAMESPACE}.svc:50051", c["args"])
         self.assertIn("--max-tokens=4", c["args"])
         self.assertEqual(pod["spec"]["restartPolicy"], "Never")
+
+
+class ChartTlsTest(unittest.TestCase):
+    MOUNT = "/etc/tessera/tls"
+
+    def coordinator(self, values):
+        objs = objects(values)
+        pod = component_template(objs, "coordinator")["spec"]
+        return objs, pod, pod["containers"][0]
+
+    def test_plaintext_by_default(self):
+        objs, pod, c = self.coordinator({})
+        self.assertFalse([a for a in c["args"] if a.startswith("--tls")])
+        self.assertNotIn("tls", [v["name"] for v in pod["volumes"]])
+        self.assertEqual(by_kind(objs, "Certificate"), [])
+
+    def test_secret_is_mounted_whole_and_flags_point_into_it(self):
+        objs, pod, c = self.coordinator({"tls": {"secretName": "tessera-tls"}})
+        self.assertIn(f"--tls-cert={self.MOUNT}/tls.crt", c["args"])
+        self.assertIn(f"--tls-key={self.MOUNT}/tls.key", c["args"])
+        self.assertFalse([a for a in c["args"] if a.startswith("--tls-client-ca")])
+        volume = [v for v in pod["volumes"] if v["name"] == "tls"][0]
+        self.assertEqual(volume["secret"]["secretName"], "tessera-tls")
+        mount = [m for m in c["volumeMounts"] if m["name"] == "tls"][0]
+        self.assertEqual(mount["mountPath"], self.MOUNT)
+        # A subPath mount is never updated by the kubelet: rotation would need a restart.
+        self.assertNotIn("subPath", mount)
+        self.assertEqual(by_kind(objs, "Certificate"), [])
+        test_pod = by_kind(objs, "Pod")[0]
+        self.assertIn(f"--tls-ca={self.MOUNT}/ca.crt", test_pod["spec"]["containers"][0]["args"])
+        self.assertEqual(test_pod["spec"]["volumes"][0]["secret"]["secretName"], "tessera-tls")
+
+    def test_cert_manager_certificate_names_the_service(self):
+        objs, pod, c = self.coordinator(VALUE_SETS["tls_cert_manager_mtls"])
+        certs = by_kind(objs, "Certificate")
+        self.assertEqual(len(certs), 1)
+        spec = certs[0]["spec"]
+        secret = f"{RELEASE}-tessera-tls"
+        self.assertEqual(spec["secretName"], secret)
+        self.assertEqual(spec["issuerRef"], {"name": "internal-ca", "kind": "ClusterIssuer", "group": "cert-manager.io"})
+        svc = f"{RELEASE}-tessera-coordinator"
+        self.assertIn(f"{svc}.{NAMESPACE}.svc", spec["dnsNames"])
+        self.assertIn("llm.example.com", spec["dnsNames"])
+        self.assertIn("client auth", spec["usages"])
+        self.assertEqual([v for v in pod["volumes"] if v["name"] == "tls"][0]["secret"]["secretName"], secret)
+        self.assertIn(f"--tls-client-ca={self.MOUNT}/ca.crt", c["args"])
+        test_args = by_kind(objs, "Pod")[0]["spec"]["containers"][0]["args"]
+        self.assertIn(f"--tls-cert={self.MOUNT}/tls.crt", test_args)
+
+    def test_cert_manager_needs_an_issuer(self):
+        with self.assertRaises(Exception):
+            render({"tls": {"certManager": {"enabled": True}}})
 
 
 class ReadmeExampleTest(unittest.TestCase):

@@ -100,6 +100,9 @@ struct ClusterOptions {
   std::vector<std::string> coordinator_flags;  // Extra flags, e.g. "--policy=priority".
   std::vector<std::string> worker_env;          // Extra "NAME=value" for the workers.
   std::vector<std::string> worker_flags;        // Extra flags for every worker, e.g. "--device=cuda".
+  // Of the cluster's own channel (health, model info, api()); null: plaintext. Set with
+  // --tls-cert in coordinator_flags.
+  std::shared_ptr<grpc::ChannelCredentials> channel_credentials;
   std::chrono::seconds ready_timeout{180};     // Until every replica serves.
   // Every worker listens on a port fixed at launch, so Restart() brings it back at the
   // same address, as a restarted Kubernetes pod would.
@@ -138,6 +141,10 @@ class Cluster {
   // The coordinator's /metrics, /healthz and /readyz HTTP port.
   int metrics_port() const { return metrics_port_; }
   std::shared_ptr<grpc::Channel> channel() const { return channel_; }
+  std::shared_ptr<grpc::ChannelCredentials> ChannelCredentials() const {
+    return options_.channel_credentials != nullptr ? options_.channel_credentials
+                                                   : grpc::InsecureChannelCredentials();
+  }
   v1::Generation::Stub& api() { return *api_; }
   const Process& coordinator() const { return processes_[0]; }
   // Worker w in start order (its current pid, log and flags).
@@ -187,7 +194,7 @@ class Cluster {
         while (!(Accepts(port_) && Accepts(cluster_port_)) && std::chrono::steady_clock::now() < deadline) {
           std::this_thread::sleep_for(std::chrono::milliseconds(10));
         }
-        channel_ = grpc::CreateChannel(address_, grpc::InsecureChannelCredentials());
+        channel_ = grpc::CreateChannel(address_, ChannelCredentials());
         api_ = v1::Generation::NewStub(channel_);
       }
       return processes_[i].pid;
@@ -348,7 +355,7 @@ class Cluster {
       absl::Status s = Spawn(absl::StrCat("worker", w), worker, options_.worker_env);
       if (!s.ok()) return s;
     }
-    channel_ = grpc::CreateChannel(address_, grpc::InsecureChannelCredentials());
+    channel_ = grpc::CreateChannel(address_, ChannelCredentials());
     api_ = v1::Generation::NewStub(channel_);
     return absl::OkStatus();
   }

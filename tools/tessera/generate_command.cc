@@ -9,6 +9,7 @@
 #include "absl/strings/str_split.h"
 #include "common/flag_set.h"
 #include "common/grpc_channel.h"
+#include "common/grpc_client_tls.h"
 #include "grpc/health/v1/health.grpc.pb.h"
 #include "grpcpp/grpcpp.h"
 #include "nlohmann/json.hpp"
@@ -56,6 +57,10 @@ int GenerateMain(int argc, char** argv) {
   bool stream = false, json = false, ignore_eos = false;
   FlagSet flags("tessera generate", "Sends one request to a Tessera coordinator and prints the result.");
   flags.String("server", &server, "Coordinator address.");
+  tessera::ClientTlsFiles tls;
+  flags.String("tls-ca", &tls.ca_file, "PEM CA bundle: connect with TLS and verify the server against it.");
+  flags.String("tls-cert", &tls.cert_file, "PEM client certificate (mutual TLS; needs --tls-ca).");
+  flags.String("tls-key", &tls.key_file, "PEM private key of --tls-cert.");
   flags.String("prompt", &prompt, "Prompt text.");
   flags.String("prompt-ids", &prompt_ids, "Prompt as comma-separated token ids.");
   flags.Int("max-tokens", &max_tokens, "Tokens to generate at most.");
@@ -78,7 +83,12 @@ int GenerateMain(int argc, char** argv) {
     std::fputs(flags.Usage().c_str(), stdout);
     return 0;
   }
-  auto channel = tessera::ChannelToStartingServer(server);
+  auto credentials = tessera::ClientCredentials(tls);
+  if (!credentials.ok()) {
+    std::fprintf(stderr, "tessera generate: %s\n", std::string(credentials.status().message()).c_str());
+    return 1;
+  }
+  auto channel = tessera::ChannelToStartingServer(server, *credentials);
   if (wait_ready > 0 && !WaitReady(channel, wait_ready)) {
     std::fprintf(stderr, "tessera generate: %s not ready after %.0f s\n", server.c_str(), wait_ready);
     return 1;

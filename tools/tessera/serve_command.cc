@@ -9,6 +9,7 @@
 #include <filesystem>
 #include <string>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
@@ -53,6 +54,10 @@ int ServeMain(int argc, char** argv) {
                 "all on Ctrl-C (SIGINT) or SIGTERM. Clients connect to --port (gRPC) or --http-port\n"
                 "(OpenAI-compatible HTTP).");
   flags.String("model", &model, "Model folder.");
+  std::string tls_cert, tls_key, tls_client_ca;
+  flags.String("tls-cert", &tls_cert, "PEM certificate of the gRPC and HTTP APIs (with --tls-key: TLS).");
+  flags.String("tls-key", &tls_key, "PEM private key of --tls-cert.");
+  flags.String("tls-client-ca", &tls_client_ca, "PEM CA bundle that client certificates must chain to (mutual TLS).");
   std::string chat_template;
   flags.String("chat-template", &chat_template,
                "Jinja file for GenerateRequest.messages instead of the model's chat template.");
@@ -119,6 +124,13 @@ int ServeMain(int argc, char** argv) {
   if (!chat_template.empty()) {
     coordinator_args.push_back("--chat-template");
     coordinator_args.push_back(chat_template);
+  }
+  // Only when given: an empty --tls-cert would read as "plaintext" too, but the
+  // coordinator's own checks (both or neither) should see exactly what the user passed.
+  for (const auto& [flag, value] : {std::pair<const char*, const std::string*>{"--tls-cert", &tls_cert},
+                                    {"--tls-key", &tls_key},
+                                    {"--tls-client-ca", &tls_client_ca}}) {
+    if (!value->empty()) coordinator_args.push_back(absl::StrCat(flag, "=", *value));
   }
   children.push_back(Spawn(coordinator_args));
   for (int w = 0; w < workers; ++w) {

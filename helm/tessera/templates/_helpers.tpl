@@ -20,6 +20,17 @@
 {{- printf "%s-coordinator" (include "tessera.fullname" .) | trunc 63 | trimSuffix "-" }}
 {{- end }}
 
+{{/* The public API's TLS Secret; empty: plaintext. */}}
+{{- define "tessera.tlsSecretName" -}}
+{{- if .Values.tls.secretName }}
+{{- .Values.tls.secretName }}
+{{- else if .Values.tls.certManager.enabled }}
+{{- printf "%s-tls" (include "tessera.fullname" .) | trunc 63 | trimSuffix "-" }}
+{{- end }}
+{{- end }}
+
+{{- define "tessera.tlsMountPath" -}}/etc/tessera/tls{{- end }}
+
 {{- define "tessera.clusterServiceName" -}}
 {{- printf "%s-cluster" (include "tessera.fullname" .) | trunc 63 | trimSuffix "-" }}
 {{- end }}

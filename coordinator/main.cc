@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "common/auth/api_keys.h"
 #include "common/flag_set.h"
 #include "common/generation_config.h"
 #include "common/logging.h"
@@ -23,6 +24,7 @@
 #include "coordinator/api/unparseable_request_interceptor.h"
 #include "coordinator/cluster/cluster_manager.h"
 #include "coordinator/engine/engine.h"
+#include "coordinator/http/api_key_gate.h"
 #include "coordinator/http/openai_response.h"
 #include "coordinator/http/http_server.h"
 #include "coordinator/http/openai_api.h"
@@ -131,6 +133,12 @@ int main(int argc, char** argv) {
   flags.String("served-model-name", &served_model_name,
                "The model name the HTTP API answers to (\"model\" in requests, /v1/models); empty: the model "
                "folder's name.");
+  std::string api_keys_file;
+  flags.String("api-keys-file", &api_keys_file,
+               "File of the public API's keys, one `sha256:<hex digest of the key>` line each (make one with "
+               "`tessera hash-api-key`). Every gRPC call and HTTP request but GET /health then needs "
+               "`authorization: Bearer <key>`. Reread when it changes (keys rotate without a restart). "
+               "Empty: the API is open.");
   flags.Int("metrics-port", &metrics_port, "HTTP port of /metrics, /healthz and /readyz (0: disabled).");
   flags.String("metrics-host", &metrics_host, "Address the metrics port binds to (empty: same as --host).");
   flags.String("log-format", &log_format, "Log lines on stderr: text or json.");
@@ -269,6 +277,16 @@ int main(int argc, char** argv) {
                                  reported_quantization, kv_dtype_name, kv_bytes_per_token};
   tessera::GenerationServiceImpl api(&engine, tokenizer->get(), limits, desc, chat_template.get());
   api.set_pending_workers([cluster = cluster->get()] { return cluster->PendingWorkers(); });
+  std::unique_ptr<tessera::auth::ApiKeyStore> api_keys;
+  if (!api_keys_file.empty()) {
+    auto opened = tessera::auth::ApiKeyStore::Open(api_keys_file);
+    if (!opened.ok()) return Fail(absl::StrCat("--api-keys-file: ", opened.status().message()));
+    api_keys = *std::move(opened);
+    api.set_api_keys(api_keys.get());
+  } else {
+    tessera::Log(tessera::LogLevel::kWarning, "tessera-coordinator",
+                 "no --api-keys-file: the public API (gRPC and HTTP) is open to anyone who can reach it");
+  }
 
   grpc::EnableDefaultHealthCheckService(true);
   grpc::reflection::InitProtoReflectionServerBuilderPlugin();
@@ -334,7 +352,9 @@ int main(int argc, char** argv) {
     ho.num_threads = static_cast<int>(http_threads);
     // A JSON body holds the prompt (or a full context of token ids) plus the other fields.
     ho.max_body_bytes = static_cast<uint64_t>(max_message);
-    ho.handler = [router = openai_router.get()](std::shared_ptr<tessera::http::HttpExchange> ex) {
+    ho.handler = [router = openai_router.get(), keys = api_keys.get(),
+                  metrics = &metrics](std::shared_ptr<tessera::http::HttpExchange> ex) {
+      if (!tessera::http::Authorize(keys, metrics, *ex)) return;
       router->Dispatch(std::move(ex));
     };
     ho.error_body = [](int status, const std::string& message) {

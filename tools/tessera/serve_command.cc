@@ -80,6 +80,10 @@ int ServeMain(int argc, char** argv) {
                                      "/v1/models, /health; 0: off).");
   flags.String("served-model-name", &served_model_name,
                "Model name of the HTTP API (empty: the model folder's name).");
+  std::string api_keys_file;
+  flags.String("api-keys-file", &api_keys_file,
+               "The coordinator's --api-keys-file: `sha256:<hex>` lines (see `tessera hash-api-key`); empty: "
+               "the API is open.");
   flags.String("device", &device, "Worker backend: cpu, cuda (worker i uses cuda:i), or auto.");
   flags.String("communicator", &communicator, "Collectives: auto (shm on one host), gloo or shm.");
   if (auto s = flags.Parse(argc, argv); !s.ok()) {
@@ -116,6 +120,10 @@ int ServeMain(int argc, char** argv) {
                             "--quantization", quantization, "--kv-cache-dtype", kv_cache_dtype,
                             "--metrics-port", absl::StrCat(metrics_port), "--http-port", absl::StrCat(http_port),
                             absl::StrCat("--served-model-name=", served_model_name)};
+  if (!api_keys_file.empty()) {
+    coordinator_args.push_back("--api-keys-file");
+    coordinator_args.push_back(api_keys_file);
+  }
   if (!chat_template.empty()) {
     coordinator_args.push_back("--chat-template");
     coordinator_args.push_back(chat_template);

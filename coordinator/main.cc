@@ -10,6 +10,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/auth/api_keys.h"
+#include "common/auth/secret.h"
 #include "common/flag_set.h"
 #include "common/generation_config.h"
 #include "common/logging.h"
@@ -69,6 +70,13 @@ int main(int argc, char** argv) {
   flags.Int("port", &port, "Public gRPC port (Generation, health, reflection).");
   flags.String("cluster-host", &cluster_host, "Address the worker-facing port (and the Gloo rendezvous store) binds to.");
   flags.Int("cluster-port", &cluster_port, "Port workers register on.");
+  std::string join_secret_file;
+  int64_t max_pending_workers = 0;
+  flags.String("join-secret-file", &join_secret_file,
+               "File holding the cluster's join secret: workers must present the same (their "
+               "--join-secret-file) to register. Empty: anyone reaching --cluster-port may join.");
+  flags.Int("max-pending-workers", &max_pending_workers,
+            "Registered workers waiting for a group at most; more get RESOURCE_EXHAUSTED (0: 4 x tp x replicas).");
   int64_t store_port = 0;
   flags.Int("store-port", &store_port,
             "Port of the collectives' rendezvous store (on --cluster-host, tp > 1 only; 0: any free port).");
@@ -241,6 +249,16 @@ int main(int argc, char** argv) {
   co.store_host = cluster_host;
   if (store_port < 0 || store_port > 65535) return Fail(absl::StrCat("--store-port must be in [0, 65535], got ", store_port));
   co.store_port = static_cast<int>(store_port);
+  if (max_pending_workers < 0) return Fail(absl::StrCat("--max-pending-workers must be >= 0, got ", max_pending_workers));
+  co.max_pending_workers = static_cast<int>(max_pending_workers);
+  if (!join_secret_file.empty()) {
+    auto secret = tessera::auth::ReadSecretFile(join_secret_file);
+    if (!secret.ok()) return Fail(absl::StrCat("--join-secret-file: ", secret.status().message()));
+    co.join_secret = *std::move(secret);
+  } else {
+    tessera::Log(tessera::LogLevel::kWarning, "tessera-coordinator",
+                 "no --join-secret-file: any process that reaches the cluster port can join as a worker");
+  }
   co.group.model_dir = model;
   co.group.communicator = communicator;
   co.group.block_size = static_cast<int>(block_size);

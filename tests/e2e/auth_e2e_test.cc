@@ -17,6 +17,7 @@
 #include "common/auth/secret.h"
 #include "gtest/gtest.h"
 #include "tests/e2e/http_get.h"
+#include "tessera/v1/worker.grpc.pb.h"
 #include "tests/e2e/serving_util.h"
 
 namespace tessera::testing {
@@ -167,6 +168,76 @@ TEST(ApiKeysTest, BadKeysFileIsAStartupErrorNamingTheLine) {
   const std::string out((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
   EXPECT_TRUE(absl::StrContains(out, "line 2")) << out;
   EXPECT_FALSE(absl::StrContains(out, "my-plain-key")) << out;
+}
+
+// A worker process without the secret, or with a wrong one: refused and exits; the
+// coordinator logs it with its address.
+int RunRogueWorker(const Cluster& cluster, const std::filesystem::path& dir, const std::string& name,
+                   const std::string& secret_flag) {
+  const auto log = dir / (name + ".log");
+  const std::string command =
+      absl::StrCat("timeout 60 ", BinaryDir().string(), "/tessera-worker --coordinator 127.0.0.1:",
+                   cluster.cluster_port(), " --threads 1 ", secret_flag, " > ", log.string(), " 2>&1");
+  return std::system(command.c_str());
+}
+
+grpc::Status RegisterDirect(v1::Cluster::Stub& stub, const std::string& secret, const std::string& address) {
+  grpc::ClientContext ctx;
+  ctx.set_deadline(DeadlineIn(std::chrono::seconds(10)));
+  if (!secret.empty()) ctx.AddMetadata(auth::kJoinSecretMetadataKey, secret);
+  v1::RegisterWorkerRequest req;
+  req.set_address(address);
+  req.set_rank_hint(-1);
+  req.set_replica_hint(-1);
+  v1::RegisterWorkerResponse resp;
+  return stub.RegisterWorker(&ctx, req, &resp);
+}
+
+TEST(JoinSecretTest, RogueWorkersRefusedPendingListBoundedClusterKeepsServing) {
+  TESSERA_REQUIRE_STORIES_MODEL();
+  const auto dir = ScratchDir("auth_join");
+  const auto secret_file = dir / "join-secret";
+  std::ofstream(secret_file) << "the-real-secret\n";
+  const auto wrong_file = dir / "wrong-secret";
+  std::ofstream(wrong_file) << "a-guess\n";
+  ClusterOptions options;
+  options.coordinator_flags = {"--join-secret-file", secret_file.string(), "--max-pending-workers", "2"};
+  options.worker_flags = {"--join-secret-file", secret_file.string()};
+  auto cluster = StartStories(1, 1, options);
+  ASSERT_NE(cluster, nullptr);
+  auto stub = v1::Generation::NewStub(cluster->channel());
+
+  // Real worker processes: refused, and they stop instead of retrying forever.
+  EXPECT_NE(RunRogueWorker(*cluster, dir, "no-secret", ""), 0);
+  EXPECT_NE(RunRogueWorker(*cluster, dir, "wrong-secret", "--join-secret-file " + wrong_file.string()), 0);
+  std::ifstream rogue_log(dir / "no-secret.log");
+  const std::string rogue((std::istreambuf_iterator<char>(rogue_log)), std::istreambuf_iterator<char>());
+  EXPECT_TRUE(absl::StrContains(rogue, "join secret")) << rogue;
+
+  auto cluster_stub = v1::Cluster::NewStub(
+      grpc::CreateChannel(absl::StrCat("127.0.0.1:", cluster->cluster_port()), grpc::InsecureChannelCredentials()));
+  EXPECT_EQ(RegisterDirect(*cluster_stub, "", "10.0.0.1:1").error_code(), grpc::StatusCode::PERMISSION_DENIED);
+  EXPECT_EQ(RegisterDirect(*cluster_stub, "the-real-secre", "10.0.0.1:1").error_code(),
+            grpc::StatusCode::PERMISSION_DENIED);
+  const std::string logs = cluster->Logs(1 << 20);
+  EXPECT_TRUE(absl::StrContains(logs, "bad join secret")) << logs;
+  EXPECT_TRUE(absl::StrContains(logs, "10.0.0.1:1")) << logs;
+  EXPECT_FALSE(absl::StrContains(logs, "a-guess")) << logs;
+
+  // The pending list is bounded: with the secret, two waiting workers fit, a third does not.
+  EXPECT_TRUE(RegisterDirect(*cluster_stub, "the-real-secret", "10.0.0.2:1").ok());
+  EXPECT_TRUE(RegisterDirect(*cluster_stub, "the-real-secret", "10.0.0.3:1").ok());
+  EXPECT_EQ(RegisterDirect(*cluster_stub, "the-real-secret", "10.0.0.4:1").error_code(),
+            grpc::StatusCode::RESOURCE_EXHAUSTED);
+
+  // Throughout, the real replica serves.
+  const UnaryResult served = RunUnary(*stub, GreedyText("Once upon a time", 4));
+  EXPECT_TRUE(served.status.ok()) << served.status.error_message();
+  EXPECT_EQ(served.ids().size(), 4u);
+  auto info = cluster->ModelInfo();
+  ASSERT_TRUE(info.ok());
+  EXPECT_EQ(static_cast<int>(info->ready_replicas()), 1);
+  cluster->Stop();
 }
 
 }  // namespace

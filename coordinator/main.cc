@@ -9,6 +9,8 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "common/auth/api_keys.h"
+#include "common/auth/secret.h"
 #include "common/flag_set.h"
 #include "coordinator/tls/grpc_server_tls.h"
 #include "common/generation_config.h"
@@ -24,6 +26,7 @@
 #include "coordinator/api/unparseable_request_interceptor.h"
 #include "coordinator/cluster/cluster_manager.h"
 #include "coordinator/engine/engine.h"
+#include "coordinator/http/api_key_gate.h"
 #include "coordinator/http/openai_response.h"
 #include "coordinator/http/http_server.h"
 #include "coordinator/http/openai_api.h"
@@ -68,6 +71,13 @@ int main(int argc, char** argv) {
   flags.Int("port", &port, "Public gRPC port (Generation, health, reflection).");
   flags.String("cluster-host", &cluster_host, "Address the worker-facing port (and the Gloo rendezvous store) binds to.");
   flags.Int("cluster-port", &cluster_port, "Port workers register on.");
+  std::string join_secret_file;
+  int64_t max_pending_workers = 0;
+  flags.String("join-secret-file", &join_secret_file,
+               "File holding the cluster's join secret: workers must present the same (their "
+               "--join-secret-file) to register. Empty: anyone reaching --cluster-port may join.");
+  flags.Int("max-pending-workers", &max_pending_workers,
+            "Registered workers waiting for a group at most; more get RESOURCE_EXHAUSTED (0: 4 x tp x replicas).");
   int64_t store_port = 0;
   flags.Int("store-port", &store_port,
             "Port of the collectives' rendezvous store (on --cluster-host, tp > 1 only; 0: any free port).");
@@ -132,6 +142,12 @@ int main(int argc, char** argv) {
   flags.String("served-model-name", &served_model_name,
                "The model name the HTTP API answers to (\"model\" in requests, /v1/models); empty: the model "
                "folder's name.");
+  std::string api_keys_file;
+  flags.String("api-keys-file", &api_keys_file,
+               "File of the public API's keys, one `sha256:<hex digest of the key>` line each (make one with "
+               "`tessera hash-api-key`). Every gRPC call and HTTP request but GET /health then needs "
+               "`authorization: Bearer <key>`. Reread when it changes (keys rotate without a restart). "
+               "Empty: the API is open.");
   flags.Int("metrics-port", &metrics_port, "HTTP port of /metrics, /healthz and /readyz (0: disabled).");
   flags.String("metrics-host", &metrics_host, "Address the metrics port binds to (empty: same as --host).");
   tessera::tls::TlsFiles tls_files;
@@ -247,6 +263,16 @@ int main(int argc, char** argv) {
   co.store_host = cluster_host;
   if (store_port < 0 || store_port > 65535) return Fail(absl::StrCat("--store-port must be in [0, 65535], got ", store_port));
   co.store_port = static_cast<int>(store_port);
+  if (max_pending_workers < 0) return Fail(absl::StrCat("--max-pending-workers must be >= 0, got ", max_pending_workers));
+  co.max_pending_workers = static_cast<int>(max_pending_workers);
+  if (!join_secret_file.empty()) {
+    auto secret = tessera::auth::ReadSecretFile(join_secret_file);
+    if (!secret.ok()) return Fail(absl::StrCat("--join-secret-file: ", secret.status().message()));
+    co.join_secret = *std::move(secret);
+  } else {
+    tessera::Log(tessera::LogLevel::kWarning, "tessera-coordinator",
+                 "no --join-secret-file: any process that reaches the cluster port can join as a worker");
+  }
   co.group.model_dir = model;
   co.group.communicator = communicator;
   co.group.block_size = static_cast<int>(block_size);
@@ -283,6 +309,16 @@ int main(int argc, char** argv) {
                                  reported_quantization, kv_dtype_name, kv_bytes_per_token};
   tessera::GenerationServiceImpl api(&engine, tokenizer->get(), limits, desc, chat_template.get());
   api.set_pending_workers([cluster = cluster->get()] { return cluster->PendingWorkers(); });
+  std::unique_ptr<tessera::auth::ApiKeyStore> api_keys;
+  if (!api_keys_file.empty()) {
+    auto opened = tessera::auth::ApiKeyStore::Open(api_keys_file);
+    if (!opened.ok()) return Fail(absl::StrCat("--api-keys-file: ", opened.status().message()));
+    api_keys = *std::move(opened);
+    api.set_api_keys(api_keys.get());
+  } else {
+    tessera::Log(tessera::LogLevel::kWarning, "tessera-coordinator",
+                 "no --api-keys-file: the public API (gRPC and HTTP) is open to anyone who can reach it");
+  }
 
   grpc::EnableDefaultHealthCheckService(true);
   grpc::reflection::InitProtoReflectionServerBuilderPlugin();
@@ -350,7 +386,9 @@ int main(int argc, char** argv) {
     ho.tls = tls_files;
     // A JSON body holds the prompt (or a full context of token ids) plus the other fields.
     ho.max_body_bytes = static_cast<uint64_t>(max_message);
-    ho.handler = [router = openai_router.get()](std::shared_ptr<tessera::http::HttpExchange> ex) {
+    ho.handler = [router = openai_router.get(), keys = api_keys.get(),
+                  metrics = &metrics](std::shared_ptr<tessera::http::HttpExchange> ex) {
+      if (!tessera::http::Authorize(keys, metrics, *ex)) return;
       router->Dispatch(std::move(ex));
     };
     ho.error_body = [](int status, const std::string& message) {

@@ -4,10 +4,12 @@
 #include <vector>
 
 #include "common/grpc_status.h"
+#include "common/logging.h"
 #include "coordinator/api/generate_stream_reactor.h"
 #include "coordinator/api/generate_unary_reactor.h"
 #include "coordinator/api/token_offsets.h"
 #include "coordinator/engine/output_processor.h"
+#include "coordinator/metrics/engine_metrics.h"
 
 namespace tessera {
 namespace {
@@ -19,7 +21,29 @@ grpc::ServerUnaryReactor* Answer(grpc::CallbackServerContext* context, grpc::Sta
   return reactor;
 }
 
+// A stream refused before it started: its status is its only message.
+class RefusedStream final : public grpc::ServerWriteReactor<v1::GenerateStreamResponse> {
+ public:
+  explicit RefusedStream(grpc::Status status) { Finish(std::move(status)); }
+  void OnDone() override { delete this; }
+};
+
 }  // namespace
+
+grpc::Status GenerationServiceImpl::Authenticate(grpc::CallbackServerContext* context,
+                                                 absl::string_view method) const {
+  if (api_keys_ == nullptr) return grpc::Status::OK;
+  const auto& metadata = context->client_metadata();
+  const auto header = metadata.find("authorization");
+  const absl::string_view value =
+      header == metadata.end() ? absl::string_view() : absl::string_view(header->second.data(), header->second.size());
+  const absl::Status checked = api_keys_->Check(value);
+  if (checked.ok()) return grpc::Status::OK;
+  if (EngineMetrics* m = engine_->metrics(); m != nullptr) m->RequestRejected("unauthenticated", "grpc");
+  Log(LogLevel::kWarning, "tessera-coordinator", "unauthenticated request refused",
+      {{"method", std::string(method)}, {"peer", context->peer()}, {"reason", std::string(checked.message())}});
+  return ToGrpcStatus(checked);
+}
 
 GenerationServiceImpl::GenerationServiceImpl(Engine* engine, const Tokenizer* tokenizer,
                                              ServingLimits limits, ModelDescription model,
@@ -33,23 +57,27 @@ GenerationServiceImpl::GenerationServiceImpl(Engine* engine, const Tokenizer* to
 grpc::ServerUnaryReactor* GenerationServiceImpl::Generate(grpc::CallbackServerContext* context,
                                                           const v1::GenerateRequest* request,
                                                           v1::GenerateResponse* response) {
+  if (grpc::Status s = Authenticate(context, "Generate"); !s.ok()) return Answer(context, std::move(s));
   return new GenerateUnaryReactor(context, *request, response, &admission_);
 }
 
 grpc::ServerWriteReactor<v1::GenerateStreamResponse>* GenerationServiceImpl::GenerateStream(
     grpc::CallbackServerContext* context, const v1::GenerateRequest* request) {
+  if (grpc::Status s = Authenticate(context, "GenerateStream"); !s.ok()) return new RefusedStream(std::move(s));
   return new GenerateStreamReactor(context, *request, &admission_);
 }
 
 grpc::ServerUnaryReactor* GenerationServiceImpl::Tokenize(grpc::CallbackServerContext* context,
                                                           const v1::TokenizeRequest* request,
                                                           v1::TokenizeResponse* response) {
+  if (grpc::Status s = Authenticate(context, "Tokenize"); !s.ok()) return Answer(context, std::move(s));
   return Answer(context, DoTokenize(*request, response));
 }
 
 grpc::ServerUnaryReactor* GenerationServiceImpl::GetModelInfo(grpc::CallbackServerContext* context,
                                                               const v1::GetModelInfoRequest*,
                                                               v1::ModelInfo* info) {
+  if (grpc::Status s = Authenticate(context, "GetModelInfo"); !s.ok()) return Answer(context, std::move(s));
   DoGetModelInfo(info);
   return Answer(context, grpc::Status::OK);
 }

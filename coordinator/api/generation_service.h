@@ -4,6 +4,7 @@
 #include <functional>
 #include <string>
 
+#include "common/auth/api_keys.h"
 #include "common/model_config.h"
 #include "common/tokenizer/tokenizer.h"
 #include "coordinator/api/generate_admission.h"
@@ -47,10 +48,15 @@ class GenerationServiceImpl final : public v1::Generation::CallbackService {
   // Where GetModelInfo's pending_workers comes from (the cluster manager, which is built
   // after the service's dependencies); set before serving.
   void set_pending_workers(std::function<int()> count) { pending_workers_ = std::move(count); }
+  // With keys, every call must carry `authorization: Bearer <key>`; null: the API is open.
+  // Set before serving; outlives the service.
+  void set_api_keys(const auth::ApiKeyStore* keys) { api_keys_ = keys; }
 
  private:
   grpc::Status DoTokenize(const v1::TokenizeRequest& request, v1::TokenizeResponse* response);
   void DoGetModelInfo(v1::ModelInfo* info);
+  // OK, or UNAUTHENTICATED (counted and logged, without the key) when keys are required.
+  grpc::Status Authenticate(grpc::CallbackServerContext* context, absl::string_view method) const;
 
   Engine* engine_;
   const Tokenizer* tokenizer_;
@@ -58,6 +64,7 @@ class GenerationServiceImpl final : public v1::Generation::CallbackService {
   const ModelDescription model_;
   Admission admission_;
   std::function<int()> pending_workers_;
+  const auth::ApiKeyStore* api_keys_ = nullptr;
 };
 
 }  // namespace tessera

@@ -4,6 +4,8 @@
 #include <cstdio>
 
 #include "absl/strings/str_cat.h"
+#include "common/auth/secret.h"
+#include "common/logging.h"
 #include "coordinator/metrics/engine_metrics.h"
 
 namespace tessera {
@@ -37,7 +39,11 @@ absl::StatusOr<std::unique_ptr<ClusterManager>> ClusterManager::Create(ClusterOp
 }
 
 ClusterManager::ClusterManager(ClusterOptions options, Engine* engine)
-    : options_(std::move(options)), engine_(engine), instance_(NewInstanceId()) {}
+    : options_(std::move(options)),
+      engine_(engine),
+      instance_(NewInstanceId()),
+      max_pending_(options_.max_pending_workers > 0 ? options_.max_pending_workers
+                                                     : 4 * options_.tp * options_.replicas) {}
 
 ClusterManager::~ClusterManager() {
   {
@@ -51,8 +57,26 @@ void ClusterManager::Event(const char* event) {
   if (engine_->metrics() != nullptr) engine_->metrics()->MembershipEvent(event);
 }
 
-grpc::Status ClusterManager::RegisterWorker(grpc::ServerContext*, const v1::RegisterWorkerRequest* request,
+grpc::Status ClusterManager::CheckJoinSecret(const grpc::ServerContext& context, const std::string& address,
+                                             const char* call) {
+  if (options_.join_secret.empty()) return grpc::Status::OK;
+  const auto& metadata = context.client_metadata();
+  const auto sent = metadata.find(auth::kJoinSecretMetadataKey);
+  const absl::string_view presented =
+      sent == metadata.end() ? absl::string_view() : absl::string_view(sent->second.data(), sent->second.size());
+  if (auth::SecretMatches(options_.join_secret, presented)) return grpc::Status::OK;
+  const char* why = sent == metadata.end() ? "no join secret" : "a wrong join secret";
+  Log(LogLevel::kWarning, "tessera-coordinator", "worker refused: bad join secret",
+      {{"call", call}, {"why", why}, {"address", address}, {"peer", context.peer()}});
+  Event("refused");
+  return grpc::Status(grpc::StatusCode::PERMISSION_DENIED,
+                      absl::StrCat("this coordinator requires the cluster's join secret (--join-secret-file); the "
+                                   "worker sent ", why));
+}
+
+grpc::Status ClusterManager::RegisterWorker(grpc::ServerContext* context, const v1::RegisterWorkerRequest* request,
                                             v1::RegisterWorkerResponse* response) {
+  if (grpc::Status s = CheckJoinSecret(*context, request->address(), "RegisterWorker"); !s.ok()) return s;
   if (request->address().empty()) {
     return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, "address = \"\": the worker must say where it listens");
   }
@@ -80,6 +104,14 @@ grpc::Status ClusterManager::RegisterWorker(grpc::ServerContext*, const v1::Regi
     }
     break;
   }
+  if (const int waiting = CountPending(); waiting >= max_pending_) {
+    Log(LogLevel::kWarning, "tessera-coordinator", "worker refused: too many workers waiting for a group",
+        {{"address", request->address()}, {"peer", context->peer()}, {"waiting", int64_t{waiting}}});
+    Event("refused");
+    return grpc::Status(grpc::StatusCode::RESOURCE_EXHAUSTED,
+                        absl::StrCat(waiting, " workers already wait for a group (--max-pending-workers ",
+                                     max_pending_, "); try again later"));
+  }
   const std::string id = absl::StrCat("worker-", instance_, "-", ++num_registered_);
   WorkerSession& w = workers_[id];
   w.registration = *request;
@@ -99,8 +131,9 @@ grpc::Status ClusterManager::RegisterWorker(grpc::ServerContext*, const v1::Regi
   return grpc::Status::OK;
 }
 
-grpc::Status ClusterManager::Heartbeat(grpc::ServerContext*, const v1::HeartbeatRequest* request,
+grpc::Status ClusterManager::Heartbeat(grpc::ServerContext* context, const v1::HeartbeatRequest* request,
                                        v1::HeartbeatResponse* response) {
+  if (grpc::Status s = CheckJoinSecret(*context, request->address(), "Heartbeat"); !s.ok()) return s;
   absl::MutexLock lock(&mu_);
   auto it = workers_.find(request->worker_id());
   if (it == workers_.end()) {

@@ -30,6 +30,12 @@ struct ClusterOptions {
   // its replica failed).
   std::chrono::milliseconds heartbeat_interval{500};
   std::chrono::milliseconds session_timeout{5000};
+  // Workers must send this in kJoinSecretMetadataKey metadata (register and heartbeat);
+  // empty: any worker that reaches the cluster port may join.
+  std::string join_secret;
+  // Registered workers not yet in a group at most; more registrations get
+  // RESOURCE_EXHAUSTED, so a flood of them cannot grow memory. 0: 4 x tp x replicas.
+  int max_pending_workers = 0;
 };
 
 // Accepts worker registrations and heartbeats (the Cluster service), forms `replicas`
@@ -67,11 +73,15 @@ class ClusterManager final : public v1::Cluster::Service {
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void Event(const char* event) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   int CountPending() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // OK, or PERMISSION_DENIED (logged with the caller's address) without the join secret.
+  grpc::Status CheckJoinSecret(const grpc::ServerContext& context, const std::string& address,
+                               const char* call);
 
   ClusterOptions options_;
   Engine* engine_;
   std::unique_ptr<KvStoreServer> store_;
   const std::string instance_;  // Distinguishes this process's worker ids from a predecessor's.
+  const int max_pending_;
 
   mutable absl::Mutex mu_;
   std::map<std::string, WorkerSession> workers_ ABSL_GUARDED_BY(mu_);  // By worker id.

@@ -14,6 +14,7 @@ struct HttpRequest {
   std::string method;  // "GET", "POST", ...
   std::string path;    // The target without its query string.
   std::string body;
+  std::string authorization;  // The Authorization header (empty: none).
 };
 
 // Every method runs on the exchange's strand: a handler is called there, and so are the

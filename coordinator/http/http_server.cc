@@ -196,6 +196,7 @@ class Session final : public HttpExchange, public std::enable_shared_from_this<S
     const beast::string_view target = msg.target();
     request_.path = std::string(target.substr(0, target.find('?')));
     request_.body = std::move(msg.body());
+    request_.authorization = std::string(msg[bhttp::field::authorization]);
     keep_alive_ = msg.keep_alive();
     SetInExchange(true);
     started_ = false;

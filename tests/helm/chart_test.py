@@ -57,6 +57,10 @@ VALUE_SETS = {
         "networkPolicy": {"apiFrom": [{"namespaceSelector": {"matchLabels": {"team": "apps"}}}],
                           "metricsFrom": [{"namespaceSelector": {"matchLabels": {"name": "monitoring"}}}]},
     },
+    "auth": {
+        "auth": {"apiKeysSecret": "tessera-api-keys", "joinSecret": "tessera-join"},
+        "tests": {"apiKeySecret": "tessera-test-key"},
+    },
     "object_store": {
         "model": {"source": "objectStore", "path": "/models/llama",
                   "objectStore": {"url": ":s3:models/llama",
@@ -459,6 +463,33 @@ class ChartShapeTest(unittest.TestCase):
         self.assertIn(f"--server={RELEASE}-tessera-coordinator.{NAMESPACE}.svc:50051", c["args"])
         self.assertIn("--max-tokens=4", c["args"])
         self.assertEqual(pod["spec"]["restartPolicy"], "Never")
+
+    def test_auth_secrets_are_mounted_and_passed(self):
+        objs = objects(VALUE_SETS["auth"])
+        coordinator = component_template(objs, "coordinator")
+        c = coordinator["spec"]["containers"][0]
+        self.assertIn("--api-keys-file=/etc/tessera/api-keys/api-keys", c["args"])
+        self.assertIn("--join-secret-file=/etc/tessera/join-secret/join-secret", c["args"])
+        volumes = {v["name"]: v for v in coordinator["spec"]["volumes"]}
+        self.assertEqual(volumes["api-keys"]["secret"]["secretName"], "tessera-api-keys")
+        self.assertEqual(volumes["join-secret"]["secret"]["secretName"], "tessera-join")
+        mounts = {m["name"]: m for m in c["volumeMounts"]}
+        # A directory mount (no subPath): Kubernetes updates it in place, so keys rotate.
+        self.assertNotIn("subPath", mounts["api-keys"])
+        self.assertEqual(mounts["api-keys"]["mountPath"], "/etc/tessera/api-keys")
+        worker_pod = component_template(objs, "worker")
+        w = worker_pod["spec"]["containers"][0]
+        self.assertIn("--join-secret-file=/etc/tessera/join-secret/join-secret", w["args"][0])
+        self.assertIn("join-secret", {m["name"] for m in w["volumeMounts"]})
+        self.assertEqual({v["name"]: v for v in worker_pod["spec"]["volumes"]}["join-secret"]["secret"]["secretName"],
+                         "tessera-join")
+        self.assertNotIn("api-keys", {v["name"] for v in worker_pod["spec"]["volumes"]})
+        test_pod = by_kind(objs, "Pod")[0]["spec"]["containers"][0]
+        self.assertEqual(test_pod["env"][0]["name"], "TESSERA_API_KEY")
+        self.assertEqual(test_pod["env"][0]["valueFrom"]["secretKeyRef"]["name"], "tessera-test-key")
+        # Off by default: no flags, no volumes.
+        default = component_template(objects({}), "coordinator")["spec"]["containers"][0]
+        self.assertFalse([a for a in default["args"] if "api-keys" in a or "join-secret" in a])
 
 
 class ChartTlsTest(unittest.TestCase):

@@ -110,6 +110,9 @@ struct ClusterOptions {
   // Per worker in start order: {replica hint, rank hint}; empty: no replica hint and rank
   // hint w % tp. Sets the number of workers when not empty.
   std::vector<std::pair<int, int>> worker_hints;
+  // Sent as `authorization: Bearer <api_key>` by ModelInfo() (readiness) when the
+  // coordinator runs with --api-keys-file.
+  std::string api_key;
 };
 
 class Cluster {
@@ -235,6 +238,7 @@ class Cluster {
   absl::StatusOr<v1::ModelInfo> ModelInfo() {
     grpc::ClientContext ctx;
     ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(10));
+    if (!options_.api_key.empty()) ctx.AddMetadata("authorization", "Bearer " + options_.api_key);
     v1::ModelInfo info;
     grpc::Status s = api_->GetModelInfo(&ctx, v1::GetModelInfoRequest(), &info);
     if (!s.ok()) return absl::Status(static_cast<absl::StatusCode>(s.error_code()), s.error_message());

@@ -12,6 +12,7 @@ int ServeMain(int argc, char** argv);            // tessera serve
 int GenerateMain(int argc, char** argv);         // tessera generate
 int TokenizeMain(int argc, char** argv);         // tessera tokenize
 int EvalMain(int argc, char** argv);             // tessera eval
+int HashApiKeyMain(int argc, char** argv);       // tessera hash-api-key
 
 }  // namespace tessera::cli
 

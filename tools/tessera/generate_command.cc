@@ -1,6 +1,7 @@
 // `tessera generate`: a client of the Generation API.
 #include <chrono>
 #include <cstdio>
+#include <cstdlib>
 #include <string>
 #include <thread>
 
@@ -119,6 +120,10 @@ int GenerateMain(int argc, char** argv) {
   grpc::ClientContext ctx;
   ctx.set_deadline(std::chrono::system_clock::now() +
                    std::chrono::milliseconds(static_cast<int64_t>(timeout * 1000)));
+  // From the environment, not a flag, so the key stays out of `ps` and shell history.
+  if (const char* key = std::getenv("TESSERA_API_KEY"); key != nullptr && *key != '\0') {
+    ctx.AddMetadata("authorization", absl::StrCat("Bearer ", key));
+  }
   v1::GenerateResponse result;
   grpc::Status status;
   if (stream) {

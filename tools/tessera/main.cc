@@ -18,6 +18,7 @@ constexpr char kUsage[] =
     "  serve            Start a coordinator and its workers on this machine.\n"
     "  generate         Send a request to a running coordinator.\n"
     "  tokenize         Text to token ids with a model folder's tokenizer.\n"
+    "  hash-api-key     Turn a key read from stdin into a line of an --api-keys-file.\n"
     "  eval             Quality gate: a candidate against a baseline over a text file.\n"
     "\n"
     "Run `tessera <command> --help` for the flags of a command.\n";
@@ -37,6 +38,7 @@ int main(int argc, char** argv) {
   if (command == "serve") return tessera::cli::ServeMain(argc - 1, argv + 1);
   if (command == "generate") return tessera::cli::GenerateMain(argc - 1, argv + 1);
   if (command == "tokenize") return tessera::cli::TokenizeMain(argc - 1, argv + 1);
+  if (command == "hash-api-key") return tessera::cli::HashApiKeyMain(argc - 1, argv + 1);
   if (command == "eval") return tessera::cli::EvalMain(argc - 1, argv + 1);
   std::fprintf(stderr, "tessera: unknown command '%s'\n\n%s", command.c_str(), kUsage);
   return 2;

@@ -1,6 +1,7 @@
 // `tessera serve`: a coordinator and tp x replicas workers on this machine.
 #include <signal.h>
 #include <sys/wait.h>
+#include <fcntl.h>
 #include <unistd.h>
 
 #include <chrono>
@@ -12,6 +13,8 @@
 #include <utility>
 #include <vector>
 
+#include "absl/status/statusor.h"
+#include "absl/strings/escaping.h"
 #include "absl/strings/str_cat.h"
 #include "common/flag_set.h"
 #include "tools/tessera/commands.h"
@@ -41,6 +44,27 @@ pid_t Spawn(const std::vector<std::string>& args) {
     ::_exit(127);
   }
   return pid;
+}
+
+// A fresh random join secret in a new mode-0600 file, so even the demo cluster admits only
+// the workers started here. The caller removes it.
+absl::StatusOr<std::filesystem::path> WriteJoinSecret() {
+  std::string bytes(32, '\0');
+  const int random = ::open("/dev/urandom", O_RDONLY | O_CLOEXEC);
+  const bool read_all = random >= 0 && ::read(random, bytes.data(), bytes.size()) == static_cast<ssize_t>(bytes.size());
+  if (random >= 0) ::close(random);
+  if (!read_all) return absl::InternalError("cannot read /dev/urandom");
+  std::string path = (std::filesystem::temp_directory_path() / "tessera-join-secret-XXXXXX").string();
+  const int fd = ::mkstemp(path.data());  // Created 0600.
+  if (fd < 0) return absl::InternalError(absl::StrCat("cannot create ", path));
+  const std::string secret = absl::BytesToHexString(bytes) + "\n";
+  const bool written = ::write(fd, secret.data(), secret.size()) == static_cast<ssize_t>(secret.size());
+  ::close(fd);
+  if (!written) {
+    std::filesystem::remove(path);
+    return absl::InternalError(absl::StrCat("cannot write ", path));
+  }
+  return std::filesystem::path(path);
 }
 
 }  // namespace
@@ -85,6 +109,10 @@ int ServeMain(int argc, char** argv) {
                                      "/v1/models, /health; 0: off).");
   flags.String("served-model-name", &served_model_name,
                "Model name of the HTTP API (empty: the model folder's name).");
+  std::string api_keys_file;
+  flags.String("api-keys-file", &api_keys_file,
+               "The coordinator's --api-keys-file: `sha256:<hex>` lines (see `tessera hash-api-key`); empty: "
+               "the API is open.");
   flags.String("device", &device, "Worker backend: cpu, cuda (worker i uses cuda:i), or auto.");
   flags.String("communicator", &communicator, "Collectives: auto (shm on one host), gloo or shm.");
   if (auto s = flags.Parse(argc, argv); !s.ok()) {
@@ -108,6 +136,11 @@ int ServeMain(int argc, char** argv) {
   if (threads == 0) threads = std::max<int64_t>(1, std::thread::hardware_concurrency() / workers);
   const std::filesystem::path dir = SelfDir();
 
+  auto join_secret = WriteJoinSecret();
+  if (!join_secret.ok()) {
+    std::fprintf(stderr, "tessera serve: join secret: %s\n", std::string(join_secret.status().message()).c_str());
+    return 1;
+  }
   std::signal(SIGINT, OnSignal);
   std::signal(SIGTERM, OnSignal);
   std::vector<pid_t> children;
@@ -120,7 +153,12 @@ int ServeMain(int argc, char** argv) {
                             "--policy", policy, "--communicator", communicator,
                             "--quantization", quantization, "--kv-cache-dtype", kv_cache_dtype,
                             "--metrics-port", absl::StrCat(metrics_port), "--http-port", absl::StrCat(http_port),
-                            absl::StrCat("--served-model-name=", served_model_name)};
+                            absl::StrCat("--served-model-name=", served_model_name),
+                            "--join-secret-file", join_secret->string()};
+  if (!api_keys_file.empty()) {
+    coordinator_args.push_back("--api-keys-file");
+    coordinator_args.push_back(api_keys_file);
+  }
   if (!chat_template.empty()) {
     coordinator_args.push_back("--chat-template");
     coordinator_args.push_back(chat_template);
@@ -135,7 +173,8 @@ int ServeMain(int argc, char** argv) {
   children.push_back(Spawn(coordinator_args));
   for (int w = 0; w < workers; ++w) {
     children.push_back(Spawn({(dir / "tessera-worker").string(), "--coordinator",
-                              absl::StrCat("127.0.0.1:", cluster_port), "--threads", absl::StrCat(threads),
+                              absl::StrCat("127.0.0.1:", cluster_port), "--join-secret-file",
+                              join_secret->string(), "--threads", absl::StrCat(threads),
                               "--device", device == "cuda" ? absl::StrCat("cuda:", w) : device,
                               "--rank-hint", absl::StrCat(w % tp), "--metrics-port",
                               absl::StrCat(metrics_port > 0 ? metrics_port + 1 + w : 0)}));
@@ -166,6 +205,8 @@ int ServeMain(int argc, char** argv) {
       std::this_thread::sleep_for(std::chrono::milliseconds(50));
     }
   }
+  std::error_code ignored;
+  std::filesystem::remove(*join_secret, ignored);
   std::fprintf(stderr, "tessera serve: stopped\n");
   return 0;
 }

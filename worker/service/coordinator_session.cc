@@ -6,6 +6,7 @@
 #include <thread>
 
 #include "absl/strings/str_cat.h"
+#include "common/auth/secret.h"
 #include "common/grpc_channel.h"
 #include "common/grpc_status.h"
 
@@ -61,6 +62,7 @@ absl::StatusOr<bool> CoordinatorSession::Register(const std::atomic<bool>& stop,
     tick();
     grpc::ClientContext ctx;
     ctx.set_deadline(In(std::chrono::seconds(2)));
+    if (!options_.join_secret.empty()) ctx.AddMetadata(auth::kJoinSecretMetadataKey, options_.join_secret);
     v1::RegisterWorkerResponse response;
     grpc::Status s = stub_->RegisterWorker(&ctx, options_.registration, &response);
     if (s.ok()) {
@@ -72,7 +74,10 @@ absl::StatusOr<bool> CoordinatorSession::Register(const std::atomic<bool>& stop,
                    worker_id_.c_str());
       return true;
     }
-    if (s.error_code() == grpc::StatusCode::INVALID_ARGUMENT) {
+    // Retrying cannot fix a refused secret: say so and stop.
+    if (s.error_code() == grpc::StatusCode::INVALID_ARGUMENT ||
+        s.error_code() == grpc::StatusCode::PERMISSION_DENIED ||
+        s.error_code() == grpc::StatusCode::UNAUTHENTICATED) {
       return absl::InvalidArgumentError(absl::StrCat("the coordinator at ", options_.coordinator,
                                                      " refused this worker: ", s.error_message()));
     }
@@ -101,6 +106,7 @@ std::string CoordinatorSession::Heartbeat(const std::atomic<bool>& stop, const s
     v1::HeartbeatResponse response;
     grpc::ClientContext ctx;
     ctx.set_deadline(In(std::max(interval_ * 2, std::chrono::milliseconds(1000))));
+    if (!options_.join_secret.empty()) ctx.AddMetadata(auth::kJoinSecretMetadataKey, options_.join_secret);
     grpc::Status s = stub_->Heartbeat(&ctx, request, &response);
     if (s.ok() && !response.known()) return absl::StrCat("the coordinator says: ", response.reason());
     if (s.ok()) {

@@ -16,6 +16,7 @@ namespace tessera {
 struct CoordinatorSessionOptions {
   std::string coordinator;                // host:port of the coordinator's cluster port.
   v1::RegisterWorkerRequest registration;  // Address, hints, device.
+  std::string join_secret;                 // Sent with every call; empty: none.
   std::chrono::milliseconds max_backoff{2000};
 };
 

@@ -9,6 +9,7 @@
 #include <unistd.h>
 
 #include "absl/strings/str_cat.h"
+#include "common/auth/secret.h"
 #include "common/flag_set.h"
 #include "common/grpc_channel.h"
 #include "common/logging.h"
@@ -64,6 +65,10 @@ int main(int argc, char** argv) {
                          "a session with it: when the coordinator restarts or the group loses a\n"
                          "peer, the worker leaves the group and registers again by itself.");
   flags.String("coordinator", &coordinator, "Coordinator address (host:port of its cluster port).");
+  std::string join_secret_file;
+  flags.String("join-secret-file", &join_secret_file,
+               "File holding the cluster's join secret (the coordinator's --join-secret-file), sent when "
+               "registering. Empty: none (a coordinator that requires one refuses this worker).");
   flags.String("listen", &listen, "Address to serve the Worker service on (port 0: any free port).");
   flags.String("advertise-host", &advertise_host, "Host name or IP peers and the coordinator use to reach this worker.");
   flags.String("device", &device, "Backend: cpu, cuda (device 0), cuda:N, or auto (cuda when a device is usable, else cpu).");
@@ -80,6 +85,12 @@ int main(int argc, char** argv) {
   if (flags.help_requested()) {
     std::fputs(flags.Usage().c_str(), stdout);
     return 0;
+  }
+  std::string join_secret;  // Read before loading anything: a bad path fails at once.
+  if (!join_secret_file.empty()) {
+    auto secret = tessera::auth::ReadSecretFile(join_secret_file);
+    if (!secret.ok()) return Fail(absl::StrCat("--join-secret-file: ", secret.status().message()));
+    join_secret = *std::move(secret);
   }
   if (auto s = tessera::ConfigureLogging(log_format, log_level); !s.ok()) return Fail(std::string(s.message()));
   if (coordinator.empty()) return Fail("--coordinator is required");
@@ -140,6 +151,7 @@ int main(int argc, char** argv) {
   // group is lost (a coordinator restart, a dead peer), until SIGTERM.
   tessera::CoordinatorSessionOptions so;
   so.coordinator = coordinator;
+  so.join_secret = join_secret;
   tessera::v1::RegisterWorkerRequest& request = so.registration;
   request.set_address(address);
   request.set_rank_hint(static_cast<int32_t>(rank_hint));

@@ -48,6 +48,9 @@ spec:
           --metrics-port={{ $w.metricsPort }}
           --device={{ include "tessera.workerDevice" $root }}
           --threads={{ $w.threads }}
+          {{- with $root.Values.auth.joinSecret }}
+          --join-secret-file=/etc/tessera/join-secret/{{ $root.Values.auth.joinSecretKey }}
+          {{- end }}
           {{- if eq $mode "leaderworkerset" }}
           --replica-hint="${GROUP_INDEX}"
           --rank-hint="${LWS_WORKER_INDEX}"
@@ -120,6 +123,11 @@ spec:
           mountPath: /dev/shm
         - name: tmp
           mountPath: /tmp
+        {{- if $root.Values.auth.joinSecret }}
+        - name: join-secret
+          mountPath: /etc/tessera/join-secret
+          readOnly: true
+        {{- end }}
   volumes:
     {{- include "tessera.modelVolume" $root | nindent 4 }}
     # Shared-memory collectives between ranks on one node (and NCCL) need a /dev/shm far
@@ -130,6 +138,12 @@ spec:
         sizeLimit: {{ $w.shmSize }}
     - name: tmp
       emptyDir: {}
+    {{- with $root.Values.auth.joinSecret }}
+    - name: join-secret
+      secret:
+        secretName: {{ . }}
+        defaultMode: 0440  # Group-readable: the pod runs as a non-root user in fsGroup.
+    {{- end }}
   {{- with $w.nodeSelector }}
   nodeSelector:
     {{- toYaml . | nindent 4 }}

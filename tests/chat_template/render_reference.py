@@ -26,7 +26,8 @@ try:
     from jinja2.sandbox import ImmutableSandboxedEnvironment
 except ImportError:  # ctest reads 77 as skipped: pip install -r requirements-dev.txt
     print("jinja2 is not installed (requirements-dev.txt)", file=sys.stderr)
-    sys.exit(77)
+    # In CI (CI=true) a missing reference is a failure, never a silent skip.
+    sys.exit(1 if os.environ.get("CI") == "true" else 77)
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 TESTDATA = os.path.join(HERE, "testdata")

@@ -34,37 +34,7 @@ void WriteKeys(const std::filesystem::path& path, std::initializer_list<std::str
 // One HTTP/1.0 request with an optional Authorization header; status and body.
 HttpResponse HttpCall(int port, const std::string& method, const std::string& target, const std::string& body,
                       const std::string& authorization) {
-  HttpResponse out;
-  const int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-  if (fd < 0) return out;
-  timeval tv{60, 0};
-  ::setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_port = htons(static_cast<uint16_t>(port));
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  if (::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0) {
-    ::close(fd);
-    return out;
-  }
-  std::string request = absl::StrCat(method, " ", target, " HTTP/1.0\r\nHost: 127.0.0.1\r\n");
-  if (!authorization.empty()) absl::StrAppend(&request, "Authorization: ", authorization, "\r\n");
-  if (!body.empty()) {
-    absl::StrAppend(&request, "Content-Type: application/json\r\nContent-Length: ", body.size(), "\r\n");
-  }
-  absl::StrAppend(&request, "\r\n", body);
-  ::send(fd, request.data(), request.size(), MSG_NOSIGNAL);
-  std::string raw;
-  char buf[8192];
-  ssize_t n;
-  while ((n = ::recv(fd, buf, sizeof(buf), 0)) > 0) raw.append(buf, n);
-  ::close(fd);
-  const size_t space = raw.find(' ');
-  const size_t header_end = raw.find("\r\n\r\n");
-  if (raw.rfind("HTTP/", 0) != 0 || space == std::string::npos || header_end == std::string::npos) return out;
-  out.status = std::atoi(raw.c_str() + space + 1);
-  out.body = raw.substr(header_end + 4);
-  return out;
+  return HttpRequest(port, method, target, body, authorization, /*timeout_s=*/60);
 }
 
 grpc::Status Tokenize(v1::Generation::Stub& stub, const std::string& key) {

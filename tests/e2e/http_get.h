@@ -19,12 +19,15 @@ struct HttpResponse {
   std::string body;
 };
 
-// A plain HTTP/1.0 GET on 127.0.0.1; enough for /metrics, /healthz and Prometheus' API.
-inline HttpResponse HttpGet(int port, const std::string& target) {
+// One HTTP/1.0 request to 127.0.0.1: `body` (JSON) when not empty, an Authorization header
+// when `authorization` is not empty; waits at most `timeout_s` for each read.
+inline HttpResponse HttpRequest(int port, const std::string& method, const std::string& target,
+                                const std::string& body = "",
+                                const std::string& authorization = "", int timeout_s = 5) {
   HttpResponse out;
   const int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
   if (fd < 0) return out;
-  timeval tv{5, 0};
+  timeval tv{timeout_s, 0};
   ::setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
   sockaddr_in addr{};
   addr.sin_family = AF_INET;
@@ -34,7 +37,13 @@ inline HttpResponse HttpGet(int port, const std::string& target) {
     ::close(fd);
     return out;
   }
-  const std::string request = absl::StrCat("GET ", target, " HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n");
+  std::string request = absl::StrCat(method, " ", target, " HTTP/1.0\r\nHost: 127.0.0.1\r\n");
+  if (!authorization.empty()) absl::StrAppend(&request, "Authorization: ", authorization, "\r\n");
+  if (!body.empty()) {
+    absl::StrAppend(&request, "Content-Type: application/json\r\nContent-Length: ", body.size(),
+                    "\r\n");
+  }
+  absl::StrAppend(&request, "\r\n", body);
   if (::send(fd, request.data(), request.size(), MSG_NOSIGNAL) != static_cast<ssize_t>(request.size())) {
     ::close(fd);
     return out;
@@ -50,6 +59,11 @@ inline HttpResponse HttpGet(int port, const std::string& target) {
   out.status = std::atoi(raw.c_str() + space + 1);
   out.body = raw.substr(header_end + 4);
   return out;
+}
+
+// A plain HTTP/1.0 GET on 127.0.0.1; enough for /metrics, /healthz and Prometheus' API.
+inline HttpResponse HttpGet(int port, const std::string& target) {
+  return HttpRequest(port, "GET", target);
 }
 
 }  // namespace tessera::testing

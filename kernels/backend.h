@@ -19,7 +19,7 @@ enum class WeightLayout {
   kRowMajor,
   // kI8 only, the CPU backend's: blocks of 16 rows, in each block the columns in pairs,
   // 32 bytes per pair (row i's two bytes at 2i), columns zero-padded to whole groups of
-  // 32; then, 64-byte aligned, one BF16 scale per (block, group, row). One 32-byte load
+  // 32; then, 64-byte aligned, one FP16 scale per (block, group, row). One 32-byte load
   // widened to 16-bit lanes is exactly the operand of VPDPWSSD for 16 output rows
   // (kernels/cpu/int8_blocked.h).
   kInt8Blocked16,

@@ -7,13 +7,12 @@
 namespace tessera {
 namespace {
 
-// The smallest BF16 value >= f (f finite and positive).
-float RoundUpToBf16(float f) {
-  uint32_t bits;
-  std::memcpy(&bits, &f, sizeof bits);
-  if ((bits & 0xffffu) != 0) bits = (bits & 0xffff0000u) + 0x10000u;
-  std::memcpy(&f, &bits, sizeof bits);
-  return f;
+// absmax / 127 rounded to the nearest FP16 value, never 0. A maximum that then lands
+// just past 127 (at most 127 * (1 + 2^-11)) is clamped, an error below half a code.
+float Int8Scale(float absmax) {
+  if (absmax <= 0.0f) return 1.0f;
+  const uint16_t h = F32ToF16(absmax / 127.0f);
+  return F16ToF32(h != 0 ? h : uint16_t{1});  // Below FP16's range: its smallest step.
 }
 
 float AbsMax(const float* v, int64_t n) {
@@ -50,7 +49,7 @@ void QuantizeRows(WeightQuantization q, const float* w, int64_t rows, int64_t co
       uint8_t* dst = out + r * cols + begin;
       const float absmax = AbsMax(src, n);
       if (q == WeightQuantization::kInt8) {
-        const float scale = absmax > 0.0f ? RoundUpToBf16(absmax / 127.0f) : 1.0f;
+        const float scale = Int8Scale(absmax);
         scales[r * groups + g] = scale;
         for (int64_t c = 0; c < n; ++c) {
           // nearbyint rounds half to even, like torch.round.

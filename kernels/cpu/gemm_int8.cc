@@ -107,7 +107,7 @@ void BlocksScalar(const Int8Activations& x, int64_t m, const MatrixView& w, floa
             const auto xc = static_cast<int16_t>(static_cast<uint16_t>(pair >> (16 * (c % 2))));
             sum += static_cast<int32_t>(units[(c / 2) * 32 + r * 2 + c % 2]) * xc;
           }
-          const float ws = Bf16ToF32(scales[(b * groups + g) * kInt8BlockRows + r]);
+          const float ws = F16ToF32(scales[(b * groups + g) * kInt8BlockRows + r]);
           acc = std::fma(static_cast<float>(sum), ws * x.scales[t * groups + g], acc);
         }
         y[t * w.rows + b * kInt8BlockRows + r] = acc;

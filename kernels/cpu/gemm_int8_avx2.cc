@@ -13,10 +13,10 @@
 #include <immintrin.h>
 
 #if defined(__clang__)
-#pragma clang attribute push(__attribute__((target("avx2,fma"))), apply_to = function)
+#pragma clang attribute push(__attribute__((target("avx2,fma,f16c"))), apply_to = function)
 #else
 #pragma GCC push_options
-#pragma GCC target("avx2,fma")
+#pragma GCC target("avx2,fma,f16c")
 #endif
 
 namespace tessera::kernels::gemm_int8_avx2 {
@@ -47,9 +47,8 @@ struct V {
     return _mm256_add_epi32(acc, _mm256_madd_epi16(w, _mm256_set1_epi32(pair)));
   }
   static inline FReg ToFloat(IReg v) { return _mm256_cvtepi32_ps(v); }
-  static inline FReg LoadBf16(const uint16_t* s) {
-    const __m128i h = _mm_loadu_si128(reinterpret_cast<const __m128i*>(s));
-    return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16));
+  static inline FReg LoadF16(const uint16_t* s) {
+    return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(s)));
   }
   static inline FReg LoadF(const float* p) { return _mm256_loadu_ps(p); }
   static inline FReg Mul(FReg a, float b) { return _mm256_mul_ps(a, _mm256_set1_ps(b)); }

@@ -21,7 +21,7 @@ void PackInt8Blocked(const int8_t* q, const float* scales, int64_t rows, int64_t
     }
     for (int64_t g = 0; g < groups; ++g) {
       scale_out[(block * groups + g) * kInt8BlockRows + lane] =
-          F32ToBf16(scales[r * groups + g]);
+          F32ToF16(scales[r * groups + g]);
     }
   }
 }
@@ -35,7 +35,7 @@ float Int8BlockedWeight(const MatrixView& w, int64_t r, int64_t c) {
       base[block * shape.block_bytes() + (c / 2) * 2 * kInt8BlockRows + lane * 2 + (c % 2)]);
   const auto* scales = reinterpret_cast<const uint16_t*>(base + shape.scales_offset());
   const float scale =
-      Bf16ToF32(scales[(block * shape.groups() + c / kInt8GroupSize) * kInt8BlockRows + lane]);
+      F16ToF32(scales[(block * shape.groups() + c / kInt8GroupSize) * kInt8BlockRows + lane]);
   return scale * static_cast<float>(q);
 }
 

@@ -7,7 +7,7 @@
 #include "kernels/backend.h"
 
 // WeightLayout::kInt8Blocked16, the CPU backend's int8 weights (see backend.h). Decode
-// streams one byte per weight plus one BF16 scale per 32 (1.0625 bytes, as llama.cpp's
+// streams one byte per weight plus one FP16 scale per 32 (1.0625 bytes, as llama.cpp's
 // Q8_0); a block of 16 rows is one contiguous run, and within it each 32-byte pair unit
 // sign-extends into the 16 x 2 lanes VPDPWSSD multiplies against one broadcast pair of
 // 16-bit activations, so the kernel never reduces across lanes.
@@ -33,8 +33,8 @@ struct Int8BlockedShape {
   }
 };
 
-// Packs row-major int8 `q` [rows, cols] with float `scales` [rows, groups] (each exactly a
-// BF16 value, as QuantizeInt8Groups makes them) into `out` (Int8BlockedShape::bytes()).
+// Packs row-major int8 `q` [rows, cols] with float `scales` [rows, groups] (each exactly an
+// FP16 value, as QuantizeRows makes them) into `out` (Int8BlockedShape::bytes()).
 void PackInt8Blocked(const int8_t* q, const float* scales, int64_t rows, int64_t cols,
                      uint8_t* out);
 

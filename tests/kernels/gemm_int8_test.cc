@@ -47,7 +47,7 @@ Weights RandomWeights(int64_t rows, int64_t cols, std::mt19937* rng) {
   w.q.resize(rows * cols);
   for (int8_t& v : w.q) v = static_cast<int8_t>(code(*rng));
   w.scales.resize(rows * Int8BlockedShape{rows, cols}.groups());
-  for (float& s : w.scales) s = Bf16ToF32(F32ToBf16(std::ldexp(uni(*rng), -9)));
+  for (float& s : w.scales) s = F16ToF32(F32ToF16(std::ldexp(uni(*rng), -9)));
   w.packed.resize(Int8BlockedShape{rows, cols}.bytes());
   PackInt8Blocked(w.q.data(), w.scales.data(), rows, cols, w.packed.data());
   return w;

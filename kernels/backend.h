@@ -89,6 +89,10 @@ struct AttentionBatch {
   // Sliding-window attention (set per layer): a query at position q sees the keys at
   // positions k with q - sliding_window < k <= q. 0: every earlier key (plain causal).
   int sliding_window = 0;
+  // How many leading sequences have exactly one token in this step (decode), known on the
+  // host: a backend may give them its decode kernel and the rest its prefill kernel. The
+  // worker orders each step's sequences decode first. 0: not known.
+  int num_decode_seqs = 0;
 };
 
 class Backend {
@@ -101,6 +105,13 @@ class Backend {
   virtual void Free(void* ptr) = 0;
   virtual void CopyToDevice(void* dst, const void* host_src, size_t bytes) = 0;
   virtual void CopyToHost(void* host_dst, const void* src, size_t bytes) = 0;
+  // A copy to the device that does not wait for the transfer: `host_src` may be reused as
+  // soon as the call returns (a backend whose copies are asynchronous stages it), and
+  // work queued afterwards sees the data. The forward pass uploads each step's metadata
+  // this way, so the host can go on queueing kernels. Defaults to CopyToDevice.
+  virtual void CopyToDeviceAsync(void* dst, const void* host_src, size_t bytes) {
+    CopyToDevice(dst, host_src, bytes);
+  }
   // Copies within backend memory. The default stages through the host; backends with
   // their own device memory override it.
   virtual void CopyOnDevice(void* dst, const void* src, size_t bytes);

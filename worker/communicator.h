@@ -34,6 +34,12 @@ class Communicator {
 
   virtual absl::Status Barrier() = 0;
 
+  // Collectives may return once queued behind the backend's pending work, before they
+  // complete (NCCL on the compute stream); Wait() returns when all of them have, or fails
+  // at the timeout like a collective. Call it before reading their results on the host.
+  // Implementations that complete each call return at once.
+  virtual absl::Status Wait() { return absl::OkStatus(); }
+
   // True once a collective failed or timed out; the group must be re-formed.
   virtual bool aborted() const = 0;
 

@@ -33,6 +33,32 @@ void Upload(kernels::Backend* backend, const DeviceBuffer& dst, const std::vecto
   if (!src.empty()) backend->CopyToDevice(dst.get(), src.data(), src.size() * sizeof(T));
 }
 
+// Where each array of a step's metadata sits in the packed upload: 16-byte aligned offsets.
+struct StepMetadata {
+  size_t token_ids, positions, slots, query_start, context_lens, block_tables, bytes;
+
+  explicit StepMetadata(const StepBatch& b) {
+    size_t at = 0;
+    auto place = [&at](size_t n) {
+      const size_t offset = at;
+      at += (n + 15) / 16 * 16;
+      return offset;
+    };
+    token_ids = place(b.token_ids.size() * sizeof(int32_t));
+    positions = place(b.positions.size() * sizeof(int32_t));
+    slots = place(b.slot_mapping.size() * sizeof(int64_t));
+    query_start = place(b.query_start.size() * sizeof(int32_t));
+    context_lens = place(b.context_lens.size() * sizeof(int32_t));
+    block_tables = place(b.block_tables.size() * sizeof(int32_t));
+    bytes = at;
+  }
+};
+
+template <typename T>
+void Pack(const std::vector<T>& src, size_t offset, std::vector<uint8_t>* dst) {
+  if (!src.empty()) std::memcpy(dst->data() + offset, src.data(), src.size() * sizeof(T));
+}
+
 absl::Status ValidateBatch(const StepBatch& b, const ModelConfig& c,
                            const kernels::KvCacheShape& shape) {
   const int n = b.num_tokens(), seqs = b.num_seqs();
@@ -164,13 +190,11 @@ absl::Status LlamaModel::EnsureWorkspace(int tokens, int seqs, int blocks, int n
   RETURN_IF_ERROR(Reserve(backend_, &w.selected, num_logits * h * f, "logit rows"));
   RETURN_IF_ERROR(Reserve(backend_, &w.logits_local,
                           num_logits * vocab_max * f * (world + 1), "logits"));
-  RETURN_IF_ERROR(Reserve(backend_, &w.token_ids, t * 4, "token ids"));
-  RETURN_IF_ERROR(Reserve(backend_, &w.positions, t * 4, "positions"));
-  RETURN_IF_ERROR(Reserve(backend_, &w.slots, t * 8, "slot mapping"));
-  RETURN_IF_ERROR(Reserve(backend_, &w.query_start, (seqs + 1) * 4, "query starts"));
-  RETURN_IF_ERROR(Reserve(backend_, &w.context_lens, seqs * 4, "context lengths"));
-  RETURN_IF_ERROR(Reserve(backend_, &w.block_tables, static_cast<size_t>(seqs) * blocks * 4,
-                          "block tables"));
+  // Token ids, positions, slots (8 bytes), query starts, context lengths, block tables,
+  // each padded to 16 bytes: StepMetadata's packing at these sizes.
+  const size_t metadata = t * (4 + 4 + 8) + (seqs + 1) * 4 + seqs * 4 +
+                          static_cast<size_t>(seqs) * blocks * 4 + 6 * 16;
+  RETURN_IF_ERROR(Reserve(backend_, &w.metadata, metadata, "step metadata"));
   w.tokens = tokens;
   w.seqs = seqs;
   w.blocks = blocks;
@@ -187,21 +211,35 @@ absl::Status LlamaModel::Forward(const StepBatch& batch, KvCache* cache,
                                   std::max(num_logits, 1)));
   kernels::Backend& be = *backend_;
   Workspace& w = ws_;
-  Upload(backend_, w.token_ids, batch.token_ids);
-  Upload(backend_, w.positions, batch.positions);
-  Upload(backend_, w.slots, batch.slot_mapping);
-  Upload(backend_, w.query_start, batch.query_start);
-  Upload(backend_, w.context_lens, batch.context_lens);
-  Upload(backend_, w.block_tables, batch.block_tables);
+  // One upload for the whole step's metadata, queued without waiting (pinned staging on
+  // CUDA): the host goes straight on to queueing the layers.
+  const StepMetadata meta(batch);
+  w.metadata_host.resize(meta.bytes);
+  Pack(batch.token_ids, meta.token_ids, &w.metadata_host);
+  Pack(batch.positions, meta.positions, &w.metadata_host);
+  Pack(batch.slot_mapping, meta.slots, &w.metadata_host);
+  Pack(batch.query_start, meta.query_start, &w.metadata_host);
+  Pack(batch.context_lens, meta.context_lens, &w.metadata_host);
+  Pack(batch.block_tables, meta.block_tables, &w.metadata_host);
+  be.CopyToDeviceAsync(w.metadata.get(), w.metadata_host.data(), meta.bytes);
+  auto* device_meta = static_cast<uint8_t*>(w.metadata.get());
+  const auto* token_ids = reinterpret_cast<const int32_t*>(device_meta + meta.token_ids);
+  const auto* positions = reinterpret_cast<const int32_t*>(device_meta + meta.positions);
+  const auto* slots = reinterpret_cast<const int64_t*>(device_meta + meta.slots);
 
   kernels::AttentionBatch attn_batch;
   attn_batch.num_seqs = batch.num_seqs();
   attn_batch.num_tokens = n;
-  attn_batch.query_start = w.query_start.as<int32_t>();
-  attn_batch.context_lens = w.context_lens.as<int32_t>();
-  attn_batch.block_tables = w.block_tables.as<int32_t>();
+  attn_batch.query_start = reinterpret_cast<const int32_t*>(device_meta + meta.query_start);
+  attn_batch.context_lens = reinterpret_cast<const int32_t*>(device_meta + meta.context_lens);
+  attn_batch.block_tables = reinterpret_cast<const int32_t*>(device_meta + meta.block_tables);
   attn_batch.max_blocks_per_seq = batch.max_blocks_per_seq;
-  attn_batch.slot_mapping = w.slots.as<int64_t>();
+  attn_batch.slot_mapping = slots;
+  while (attn_batch.num_decode_seqs < attn_batch.num_seqs &&
+         batch.query_start[attn_batch.num_decode_seqs + 1] -
+                 batch.query_start[attn_batch.num_decode_seqs] == 1) {
+    ++attn_batch.num_decode_seqs;
+  }
 
   const int h = config_.hidden_size, hd = config_.head_dim;
   const int nq = static_cast<int>(layout_.q_heads.size());
@@ -215,8 +253,7 @@ absl::Status LlamaModel::Forward(const StepBatch& batch, KvCache* cache,
   float* qkv = w.qkv.as<float>();
   float* proj = w.proj.as<float>();
 
-  be.EmbeddingGather(w.token_ids.as<int32_t>(), n, weights_.embed.view, layout_.vocab.begin,
-                     hidden);
+  be.EmbeddingGather(token_ids, n, weights_.embed.view, layout_.vocab.begin, hidden);
   RETURN_IF_ERROR(comm_->AllReduceSum(hidden, static_cast<size_t>(n) * h));
 
   for (int l = 0; l < config_.num_hidden_layers; ++l) {
@@ -228,10 +265,10 @@ absl::Status LlamaModel::Forward(const StepBatch& batch, KvCache* cache,
     }
     be.Gemm(normed, n, lw.qkv.view, qkv);
     if (lw.qkv_bias.get() != nullptr) be.AddBias(qkv, lw.qkv_bias.as<float>(), n, qkv_dim);
-    be.Rope(qkv, n, qkv_dim, w.positions.as<int32_t>(), nq, nkv, hd,
+    be.Rope(qkv, n, qkv_dim, positions, nq, nkv, hd,
             rope_inv_freq_.as<float>(), rope_scale_);
     attn_batch.sliding_window = config_.SlidingWindowOf(l);
-    be.WriteKvCache(qkv + nq * hd, qkv + (nq + nkv) * hd, qkv_dim, w.slots.as<int64_t>(), n,
+    be.WriteKvCache(qkv + nq * hd, qkv + (nq + nkv) * hd, qkv_dim, slots, n,
                     cache->shape(), cache->k(l), cache->v(l));
     be.PagedAttention(qkv, qkv_dim, attn_batch, cache->k(l), cache->v(l), cache->shape(), nq,
                       scale, w.attn.as<float>());
@@ -246,6 +283,7 @@ absl::Status LlamaModel::Forward(const StepBatch& batch, KvCache* cache,
   }
   if (num_logits == 0) {
     logits->clear();
+    RETURN_IF_ERROR(comm_->Wait());  // Bounded, where a synchronize would wait on a dead peer.
     be.Synchronize();  // A kernel that failed asynchronously fails this step, not a later one.
     return CheckBackend(be, "forward pass");
   }
@@ -269,6 +307,7 @@ absl::Status LlamaModel::GatherLogits(int rows, std::vector<float>* logits) {
   logits->resize(rows * vocab);
   if (world == 1) {
     be.Gemm(ws_.selected.as<float>(), rows, weights_.lm_head_view(), local_logits);
+    RETURN_IF_ERROR(comm_->Wait());
     be.CopyToHost(logits->data(), local_logits, rows * vocab * sizeof(float));
     return absl::OkStatus();
   }
@@ -285,6 +324,7 @@ absl::Status LlamaModel::GatherLogits(int rows, std::vector<float>* logits) {
     }
   }
   RETURN_IF_ERROR(comm_->AllGather(padded, rows * vmax, gathered));
+  RETURN_IF_ERROR(comm_->Wait());  // Collectives may only be queued; the copy reads their results.
   std::vector<float> host(static_cast<size_t>(world) * rows * vmax);
   be.CopyToHost(host.data(), gathered, host.size() * sizeof(float));
   for (int rank = 0; rank < world; ++rank) {

@@ -96,7 +96,10 @@ class LlamaModel {
   struct Workspace {
     int tokens = 0, seqs = 0, blocks = 0, logits = 0;
     DeviceBuffer hidden, normed, qkv, attn, proj, gate_up, act, selected, logits_local;
-    DeviceBuffer token_ids, positions, slots, query_start, context_lens, block_tables;
+    // The step's metadata (token ids, positions, slots, query starts, context lengths,
+    // block tables), packed so one asynchronous copy uploads it: see StepMetadata.
+    DeviceBuffer metadata;
+    std::vector<uint8_t> metadata_host;
   } ws_;
 };
 

@@ -138,10 +138,13 @@ cmake_args=(-DCMAKE_BUILD_TYPE=Release -DCMAKE_CUDA_ARCHITECTURES="$CUDA_ARCH"
 if [ "$MODE" = full ]; then
   # The gpu-labelled tests: kernels against the CPU, stories260K through the worker's forward
   # pass (cuda_forward_test), GPTQ/AWQ checkpoints through it (cuda_int4_forward_test, needs
-  # numpy), `tessera run --device cuda` (cli_run_cuda_test) and a coordinator with a CUDA
-  # worker (serving_cuda_test, which builds both binaries).
+  # numpy), the tensor-parallel forward over NCCL as the worker queues it
+  # (cuda_tensor_parallel_forward_test: tp 1 here, tp 2 where two devices exist),
+  # `tessera run --device cuda` (cli_run_cuda_test) and a coordinator with a CUDA worker
+  # (serving_cuda_test, which builds both binaries).
   TARGETS=(tessera_kernels_cuda kernels_cuda_test cuda_forward_test cuda_int4_forward_test
-           tessera cli_run_cuda_test serving_cuda_test gpu_bench)
+           cuda_tensor_parallel_forward_test tessera cli_run_cuda_test serving_cuda_test
+           gpu_bench)
   cmake_args+=(-DTESSERA_GPU_CHECK_ONLY=OFF)
   say "mode full: the system's Debian dev packages"
 else

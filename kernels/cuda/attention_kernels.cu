@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cmath>
 #include <string>
+#include <type_traits>
 
 #include "kernels/cuda/device_util.cuh"
 #include "kernels/cuda/launchers.h"
@@ -84,9 +85,12 @@ __device__ __forceinline__ float Scale(const float* scales, int64_t row_off) {
 }
 
 // ---------------------------------------------------------------------------------------
-// Split-K kernel. A "group" of kGroup threads handles one key at a time, each thread owning
-// kPerThread consecutive dims (float4 loads, coalesced along the head); the block's groups
-// stride over the partition's keys with an online softmax each, then merge in shared memory.
+// Split-K kernel. A block handles one token, one partition of its keys and G query heads
+// that share a KV head (grouped-query attention), so each K/V row is read once for the G
+// heads instead of once per head: decode is bound by those reads. A "group" of kGroup
+// threads handles one key at a time, each thread owning kPerThread consecutive dims (float4
+// loads, coalesced along the head); the block's groups stride over the partition's keys
+// with an online softmax per head, then merge in shared memory.
 constexpr int kSplitThreads = 128;
 
 template <int D>
@@ -97,19 +101,29 @@ struct SplitLayout {
   static_assert(kPerThread % 4 == 0, "float4 loads");
 };
 
-template <int D, class Cache>
+// Query heads one split-K block serves: the largest of 8, 4, 2, 1 dividing the GQA group
+// (num_q_heads / num_kv_heads), so a block never spans two KV heads.
+int SplitHeadsPerBlock(int num_q_heads, int num_kv_heads) {
+  const int group = num_kv_heads > 0 ? num_q_heads / num_kv_heads : 1;
+  for (int g : {8, 4, 2}) {
+    if (group % g == 0) return g;
+  }
+  return 1;
+}
+
+template <int D, int G, class Cache>
 __global__ void __launch_bounds__(kSplitThreads)
     AttentionSplitKernel(AttentionArgs a, int partition_size, int num_partitions,
                          float* part_max, float* part_sum, float* part_acc) {
   using L = SplitLayout<D>;
   const int token = blockIdx.x;
-  const int head = blockIdx.y;
+  const int head0 = blockIdx.y * G;
   const int part = blockIdx.z;
   const int seq = paged::SeqOfToken(a.query_start, a.num_seqs, token);
   const int q_begin = a.query_start[seq];
   const int num_new = a.query_start[seq + 1] - q_begin;
   const int position = paged::TokenPosition(a.context_lens[seq], num_new, token - q_begin);
-  const int kv_head = paged::KvHeadOf(head, a.num_q_heads, a.num_kv_heads);
+  const int kv_head = paged::KvHeadOf(head0, a.num_q_heads, a.num_kv_heads);
   // Partitions wholly before the window find no keys and report an empty softmax.
   int begin = 0;
   int end = 0;
@@ -118,75 +132,97 @@ __global__ void __launch_bounds__(kSplitThreads)
   const int d0 = (threadIdx.x % L::kGroup) * L::kPerThread;
   const int32_t* table = a.block_tables + static_cast<int64_t>(seq) * a.max_blocks_per_seq;
 
-  float qv[L::kPerThread];
-  const float* q_row = a.q + static_cast<int64_t>(token) * a.q_stride + head * D + d0;
-  for (int i = 0; i < L::kPerThread; ++i) qv[i] = q_row[i] * a.scale;
-
-  float m = -INFINITY;
-  float l = 0.0f;
-  float acc[L::kPerThread];
-  for (int i = 0; i < L::kPerThread; ++i) acc[i] = 0.0f;
+  float qv[G][L::kPerThread];
+  float m[G];
+  float l[G];
+  float acc[G][L::kPerThread];
+  for (int g = 0; g < G; ++g) {
+    const float* q_row = a.q + static_cast<int64_t>(token) * a.q_stride + (head0 + g) * D + d0;
+    for (int i = 0; i < L::kPerThread; ++i) {
+      qv[g][i] = q_row[i] * a.scale;
+      acc[g][i] = 0.0f;
+    }
+    m[g] = -INFINITY;
+    l[g] = 0.0f;
+  }
 
   // Every thread runs the same number of iterations so the group shuffles stay converged.
   for (int k0 = begin; k0 < end; k0 += L::kGroups) {
     const int key = k0 + group;
     const bool valid = key < end;
     int64_t row_off = 0;
-    float s = 0.0f;
+    float s[G];
+    for (int g = 0; g < G; ++g) s[g] = 0.0f;
     if (valid) {
       row_off = paged::CacheOffset(paged::SlotOf(table, key, a.block_size), a.num_kv_heads, D,
                                    kv_head);
       const int64_t off = row_off + d0;
       for (int i = 0; i < L::kPerThread; i += 4) {
         const float4 kk = Cache::Load4(a.k_cache, off + i);
-        s += qv[i] * kk.x + qv[i + 1] * kk.y + qv[i + 2] * kk.z + qv[i + 3] * kk.w;
+        for (int g = 0; g < G; ++g) {
+          s[g] += qv[g][i] * kk.x + qv[g][i + 1] * kk.y + qv[g][i + 2] * kk.z +
+                  qv[g][i + 3] * kk.w;
+        }
       }
     }
-    for (int o = L::kGroup / 2; o > 0; o >>= 1) s += __shfl_xor_sync(kFullMask, s, o);
+    for (int g = 0; g < G; ++g) {
+      for (int o = L::kGroup / 2; o > 0; o >>= 1) s[g] += __shfl_xor_sync(kFullMask, s[g], o);
+    }
     if (valid) {
-      s *= Scale<Cache, D>(a.k_scales, row_off);
-      const float m_new = fmaxf(m, s);
-      const float alpha = expf(m - m_new);  // 0 while m is -inf.
-      const float p = expf(s - m_new);
-      l = l * alpha + p;
-      const float pv = p * Scale<Cache, D>(a.v_scales, row_off);
+      const float k_scale = Scale<Cache, D>(a.k_scales, row_off);
+      const float v_scale = Scale<Cache, D>(a.v_scales, row_off);
+      float alpha[G];
+      float pv[G];
+      for (int g = 0; g < G; ++g) {
+        const float sg = s[g] * k_scale;
+        const float m_new = fmaxf(m[g], sg);
+        alpha[g] = expf(m[g] - m_new);  // 0 while m is -inf.
+        const float p = expf(sg - m_new);
+        l[g] = l[g] * alpha[g] + p;
+        pv[g] = p * v_scale;
+        m[g] = m_new;
+      }
       const int64_t off = row_off + d0;
       for (int i = 0; i < L::kPerThread; i += 4) {
         const float4 vv = Cache::Load4(a.v_cache, off + i);
-        acc[i] = acc[i] * alpha + pv * vv.x;
-        acc[i + 1] = acc[i + 1] * alpha + pv * vv.y;
-        acc[i + 2] = acc[i + 2] * alpha + pv * vv.z;
-        acc[i + 3] = acc[i + 3] * alpha + pv * vv.w;
+        for (int g = 0; g < G; ++g) {
+          acc[g][i] = acc[g][i] * alpha[g] + pv[g] * vv.x;
+          acc[g][i + 1] = acc[g][i + 1] * alpha[g] + pv[g] * vv.y;
+          acc[g][i + 2] = acc[g][i + 2] * alpha[g] + pv[g] * vv.z;
+          acc[g][i + 3] = acc[g][i + 3] * alpha[g] + pv[g] * vv.w;
+        }
       }
-      m = m_new;
     }
   }
 
-  __shared__ float s_max[L::kGroups];
-  __shared__ float s_sum[L::kGroups];
-  __shared__ float s_acc[L::kGroups][D];
-  if (threadIdx.x % L::kGroup == 0) {
-    s_max[group] = m;
-    s_sum[group] = l;
+  __shared__ float s_max[L::kGroups][G];
+  __shared__ float s_sum[L::kGroups][G];
+  __shared__ float s_acc[L::kGroups][G][D];
+  for (int g = 0; g < G; ++g) {
+    if (threadIdx.x % L::kGroup == 0) {
+      s_max[group][g] = m[g];
+      s_sum[group][g] = l[g];
+    }
+    for (int i = 0; i < L::kPerThread; ++i) s_acc[group][g][d0 + i] = acc[g][i];
   }
-  for (int i = 0; i < L::kPerThread; ++i) s_acc[group][d0 + i] = acc[i];
   __syncthreads();
 
-  if (threadIdx.x < D) {
-    const int d = threadIdx.x;
+  for (int e = threadIdx.x; e < G * D; e += kSplitThreads) {
+    const int g = e / D;
+    const int d = e % D;
     float big = -INFINITY;
-    for (int g = 0; g < L::kGroups; ++g) big = fmaxf(big, s_max[g]);
+    for (int k = 0; k < L::kGroups; ++k) big = fmaxf(big, s_max[k][g]);
     float sum = 0.0f;
     float o = 0.0f;
     if (big != -INFINITY) {
-      for (int g = 0; g < L::kGroups; ++g) {
-        if (s_max[g] == -INFINITY) continue;
-        const float w = expf(s_max[g] - big);
-        sum += s_sum[g] * w;
-        o += s_acc[g][d] * w;
+      for (int k = 0; k < L::kGroups; ++k) {
+        if (s_max[k][g] == -INFINITY) continue;
+        const float w = expf(s_max[k][g] - big);
+        sum += s_sum[k][g] * w;
+        o += s_acc[k][g][d] * w;
       }
     }
-    const int64_t row = static_cast<int64_t>(token) * a.num_q_heads + head;
+    const int64_t row = static_cast<int64_t>(token) * a.num_q_heads + head0 + g;
     if (num_partitions == 1) {
       a.out[row * D + d] = sum > 0.0f ? o / sum : 0.0f;
     } else {
@@ -415,7 +451,9 @@ int PickPartitionSize(const AttentionBatch& batch, const KvCacheShape& shape, in
   if (requested > 0) return requested;
   // Aim for about two waves of blocks on a large GPU; never split below 64 keys.
   constexpr int64_t kTargetBlocks = 264;
-  const int64_t rows = std::max<int64_t>(1, static_cast<int64_t>(batch.num_tokens) * num_q_heads);
+  const int64_t rows = std::max<int64_t>(
+      1, static_cast<int64_t>(batch.num_tokens) * num_q_heads /
+             SplitHeadsPerBlock(num_q_heads, shape.num_kv_heads));
   int64_t parts = (kTargetBlocks + rows - 1) / rows;
   parts = std::min<int64_t>(parts, (max_keys + 63) / 64);
   parts = std::max<int64_t>(parts, 1);
@@ -430,10 +468,18 @@ bool LaunchSplitFor(const AttentionArgs& args, int num_tokens, int partition_siz
   float* part_max = workspace;
   float* part_sum = part_max + rows * num_partitions;
   float* part_acc = part_sum + rows * num_partitions;
-  const dim3 grid(num_tokens, args.num_q_heads, num_partitions);
-  AttentionSplitKernel<D, Cache><<<grid, kSplitThreads, 0, stream>>>(args, partition_size,
-                                                              num_partitions, part_max,
-                                                              part_sum, part_acc);
+  const int heads_per_block = SplitHeadsPerBlock(args.num_q_heads, args.num_kv_heads);
+  const dim3 grid(num_tokens, args.num_q_heads / heads_per_block, num_partitions);
+  auto launch = [&](auto heads) {
+    AttentionSplitKernel<D, decltype(heads)::value, Cache><<<grid, kSplitThreads, 0, stream>>>(
+        args, partition_size, num_partitions, part_max, part_sum, part_acc);
+  };
+  switch (heads_per_block) {
+    case 8: launch(std::integral_constant<int, 8>{}); break;
+    case 4: launch(std::integral_constant<int, 4>{}); break;
+    case 2: launch(std::integral_constant<int, 2>{}); break;
+    default: launch(std::integral_constant<int, 1>{}); break;
+  }
   if (!CheckLaunch("PagedAttentionSplit", error)) return false;
   if (num_partitions > 1) {
     AttentionSplitReduceKernel<D><<<dim3(num_tokens, args.num_q_heads), D, 0, stream>>>(

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <cstring>
 #include <string>
 #include <utility>
 
@@ -76,6 +77,7 @@ CudaBackend::~CudaBackend() {
   for (Scratch* s : {&activations_, &dequantized_, &attention_, &sampling_, &fp8_inputs_}) {
     if (s->data != nullptr) cudaFree(s->data);
   }
+  if (staging_ != nullptr) cudaFreeHost(staging_);
   cudaStreamDestroy(stream_);
 }
 
@@ -136,6 +138,38 @@ void CudaBackend::CopyToDevice(void* dst, const void* host_src, size_t bytes) {
              "cudaMemcpyAsync host to device");
   // The caller may reuse host_src as soon as we return.
   RecordCuda(cudaStreamSynchronize(stream_), "cudaStreamSynchronize after a copy to device");
+  staged_ = 0;
+}
+
+void CudaBackend::CopyToDeviceAsync(void* dst, const void* host_src, size_t bytes) {
+  if (bytes == 0) return;
+  // Copies from pageable memory would wait for the stream; pinned ones run asynchronously.
+  constexpr size_t kAlign = 256;
+  const size_t padded = (bytes + kAlign - 1) / kAlign * kAlign;
+  if (staged_ + padded > staging_bytes_) {
+    // Earlier transfers may still read the staging area: let them finish before reuse.
+    RecordCuda(cudaStreamSynchronize(stream_), "cudaStreamSynchronize before restaging");
+    staged_ = 0;
+    if (padded > staging_bytes_) {
+      if (staging_ != nullptr) cudaFreeHost(staging_);
+      staging_ = nullptr;
+      staging_bytes_ = 0;
+      const size_t grown = std::max<size_t>(padded * 2, size_t{1} << 20);
+      if (const cudaError_t e = cudaHostAlloc(&staging_, grown, cudaHostAllocDefault);
+          e != cudaSuccess) {
+        cudaGetLastError();
+        staging_ = nullptr;
+        CopyToDevice(dst, host_src, bytes);  // Pageable and synchronous, but correct.
+        return;
+      }
+      staging_bytes_ = grown;
+    }
+  }
+  void* slot = static_cast<char*>(staging_) + staged_;
+  std::memcpy(slot, host_src, bytes);
+  staged_ += padded;
+  RecordCuda(cudaMemcpyAsync(dst, slot, bytes, cudaMemcpyHostToDevice, stream_),
+             "cudaMemcpyAsync staged host to device");
 }
 
 void CudaBackend::CopyToHost(void* host_dst, const void* src, size_t bytes) {
@@ -143,10 +177,12 @@ void CudaBackend::CopyToHost(void* host_dst, const void* src, size_t bytes) {
   RecordCuda(cudaMemcpyAsync(host_dst, src, bytes, cudaMemcpyDeviceToHost, stream_),
              "cudaMemcpyAsync device to host");
   RecordCuda(cudaStreamSynchronize(stream_), "cudaStreamSynchronize after a copy to host");
+  staged_ = 0;  // The stream is idle: every staged transfer is done.
 }
 
 void CudaBackend::Synchronize() {
   RecordCuda(cudaStreamSynchronize(stream_), "cudaStreamSynchronize");
+  staged_ = 0;
 }
 
 size_t CudaBackend::FreeMemoryBytes() const {
@@ -319,20 +355,39 @@ void CudaBackend::PagedAttention(const float* q, int q_stride, const AttentionBa
                                  const KvCacheShape& shape, int num_q_heads, float scale,
                                  float* out) {
   std::string error;
-  if (batch.num_tokens == batch.num_seqs) {
-    const size_t bytes = gpu::AttentionSplitWorkspaceBytes(batch, shape, num_q_heads, 0);
+  const bool pure_decode = batch.num_tokens == batch.num_seqs;
+  const int decode_seqs =
+      pure_decode ? batch.num_seqs : std::clamp(batch.num_decode_seqs, 0, batch.num_seqs);
+  if (decode_seqs > 0) {
+    // The leading decode sequences are tokens [0, decode_seqs), one each: a batch of their own.
+    AttentionBatch decode = batch;
+    decode.num_seqs = decode_seqs;
+    decode.num_tokens = decode_seqs;
+    const size_t bytes = gpu::AttentionSplitWorkspaceBytes(decode, shape, num_q_heads, 0);
     void* workspace = nullptr;
     if (bytes > 0) {
       workspace = Ensure(attention_, bytes, "attention partials");
       if (workspace == nullptr) return;
     }
-    RecordLaunch(gpu::LaunchPagedAttentionSplit(q, q_stride, batch, k_cache, v_cache, shape,
-                                                num_q_heads, scale, 0, workspace, bytes, out,
-                                                stream_, &error),
-                 error);
-    return;
+    if (!gpu::LaunchPagedAttentionSplit(q, q_stride, decode, k_cache, v_cache, shape,
+                                        num_q_heads, scale, 0, workspace, bytes, out, stream_,
+                                        &error)) {
+      RecordLaunch(false, error);
+      return;
+    }
   }
-  RecordLaunch(gpu::LaunchPagedAttentionPrefill(q, q_stride, batch, k_cache, v_cache, shape,
+  if (decode_seqs == batch.num_seqs) return;
+  // The rest: query_start keeps absolute token indices, so q and out need no offset.
+  AttentionBatch rest = batch;
+  rest.num_seqs = batch.num_seqs - decode_seqs;
+  rest.num_tokens = batch.num_tokens - decode_seqs;
+  rest.query_start = batch.query_start + decode_seqs;
+  rest.context_lens = batch.context_lens + decode_seqs;
+  rest.block_tables =
+      batch.block_tables + static_cast<int64_t>(decode_seqs) * batch.max_blocks_per_seq;
+  rest.slot_mapping = batch.slot_mapping == nullptr ? nullptr : batch.slot_mapping + decode_seqs;
+  rest.num_decode_seqs = 0;
+  RecordLaunch(gpu::LaunchPagedAttentionPrefill(q, q_stride, rest, k_cache, v_cache, shape,
                                                 num_q_heads, scale, out, stream_, &error),
                error);
 }

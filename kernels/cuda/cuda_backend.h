@@ -42,6 +42,10 @@ class CudaBackend final : public Backend {
   void Free(void* ptr) override;
   void CopyToDevice(void* dst, const void* host_src, size_t bytes) override;
   void CopyToHost(void* host_dst, const void* src, size_t bytes) override;
+  // Stages `host_src` in pinned memory and queues the transfer: no synchronisation. The
+  // staging area is reused only once the stream is idle (after Synchronize or a copy to
+  // host), so a pending transfer never reads overwritten bytes.
+  void CopyToDeviceAsync(void* dst, const void* host_src, size_t bytes) override;
   void Synchronize() override;
   size_t FreeMemoryBytes() const override;
 
@@ -64,8 +68,9 @@ class CudaBackend final : public Backend {
   void SiluMul(const float* gate_up, int n, int inter, float* out) override;
   void WriteKvCache(const float* k, const float* v, int row_stride, const int64_t* slots, int n,
                     const KvCacheShape& shape, void* k_cache, void* v_cache) override;
-  // Pure decode batches (one token per sequence) use the split-K kernel, others the tiled
-  // prefill kernel.
+  // Decode tokens use the split-K kernel and prefill chunks the tiled kernel: a pure decode
+  // batch all split-K, a mixed one (continuous batching) its batch.num_decode_seqs leading
+  // sequences split-K and the rest tiled, so a decode token never costs a 16-row tile.
   void PagedAttention(const float* q, int q_stride, const AttentionBatch& batch,
                       const void* k_cache, const void* v_cache, const KvCacheShape& shape,
                       int num_q_heads, float scale, float* out) override;
@@ -124,6 +129,10 @@ class CudaBackend final : public Backend {
   Scratch attention_;    // Split-K partials.
   Scratch sampling_;     // Per-row sampling parameters.
   Scratch fp8_inputs_;   // FP8 activations and their scale for one prefill GEMM.
+  // Pinned host memory for CopyToDeviceAsync; `staged_` bytes of it may still be in flight.
+  void* staging_ = nullptr;
+  size_t staging_bytes_ = 0;
+  size_t staged_ = 0;
   absl::Status first_error_;
   bool warned_gemm_fallback_ = false;
   bool warned_fp8_fallback_ = false;

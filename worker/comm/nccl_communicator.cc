@@ -119,8 +119,10 @@ absl::StatusOr<std::unique_ptr<NcclCommunicator>> NcclCommunicator::Create(
     cudaEventDestroy(impl->done);
     return absl::UnavailableError(absl::StrCat(where, ": ", why));
   }
-  return std::unique_ptr<NcclCommunicator>(
+  auto communicator = std::unique_ptr<NcclCommunicator>(
       new NcclCommunicator(std::move(impl), options.rank, options.world_size, options.timeout));
+  communicator->queue_only_ = options.queue_without_waiting;
+  return communicator;
 }
 
 NcclCommunicator::NcclCommunicator(std::unique_ptr<Impl> impl, int rank, int world_size,
@@ -166,7 +168,7 @@ absl::Status NcclCommunicator::Fail(const char* op, absl::StatusCode code, absl:
 }
 
 template <typename Fn>
-absl::Status NcclCommunicator::Run(const char* op, size_t bytes, Fn&& enqueue) {
+absl::Status NcclCommunicator::Run(const char* op, size_t bytes, Fn&& enqueue, bool wait) {
   if (aborted()) return AbortedError(op);
   if (cudaError_t e = cudaSetDevice(impl_->device); e != cudaSuccess) {
     return Fail(op, absl::StatusCode::kUnavailable,
@@ -198,6 +200,18 @@ absl::Status NcclCommunicator::Run(const char* op, size_t bytes, Fn&& enqueue) {
     return Fail(op, absl::StatusCode::kUnavailable,
                 absl::StrCat("cudaEventRecord: ", cudaGetErrorString(e)));
   }
+  if (!wait) {
+    // Queued behind the compute kernels that produce its input; Wait() bounds it later.
+    pending_op_ = op;
+    pending_bytes_ += bytes;
+    return absl::OkStatus();
+  }
+  return WaitForEvent(op, bytes);
+}
+
+absl::Status NcclCommunicator::WaitForEvent(const char* op, size_t bytes) {
+  const absl::Time deadline = absl::Now() + absl::FromChrono(timeout_);
+  Poller poller;
   while (true) {
     const cudaError_t e = cudaEventQuery(impl_->done);
     if (e == cudaSuccess) return absl::OkStatus();
@@ -218,20 +232,37 @@ absl::Status NcclCommunicator::Run(const char* op, size_t bytes, Fn&& enqueue) {
   }
 }
 
+absl::Status NcclCommunicator::Wait() {
+  if (aborted()) return AbortedError("Wait");
+  if (pending_op_ == nullptr) return absl::OkStatus();
+  const char* op = pending_op_;
+  const size_t bytes = pending_bytes_;
+  pending_op_ = nullptr;
+  pending_bytes_ = 0;
+  // The event was recorded after the last queued collective: on one stream, its
+  // completion means every earlier one completed too.
+  return WaitForEvent(op, bytes);
+}
+
 absl::Status NcclCommunicator::AllReduceSum(float* data, size_t count) {
   if (aborted()) return AbortedError("AllReduceSum");
   if (count == 0) return absl::OkStatus();
-  return Run("AllReduceSum", count * sizeof(float), [&] {
-    return ncclAllReduce(data, data, count, ncclFloat32, ncclSum, impl_->comm, impl_->stream);
-  });
+  return Run(
+      "AllReduceSum", count * sizeof(float),
+      [&] {
+        return ncclAllReduce(data, data, count, ncclFloat32, ncclSum, impl_->comm,
+                             impl_->stream);
+      },
+      !queue_only_);
 }
 
 absl::Status NcclCommunicator::AllGather(const float* send, size_t count, float* recv) {
   if (aborted()) return AbortedError("AllGather");
   if (count == 0) return absl::OkStatus();
-  return Run("AllGather", count * sizeof(float), [&] {
-    return ncclAllGather(send, recv, count, ncclFloat32, impl_->comm, impl_->stream);
-  });
+  return Run(
+      "AllGather", count * sizeof(float),
+      [&] { return ncclAllGather(send, recv, count, ncclFloat32, impl_->comm, impl_->stream); },
+      !queue_only_);
 }
 
 absl::Status NcclCommunicator::Broadcast(void* data, size_t bytes, int root) {
@@ -241,16 +272,20 @@ absl::Status NcclCommunicator::Broadcast(void* data, size_t bytes, int root) {
                 absl::StrCat("root ", root, " out of range for world size ", world_size_));
   }
   if (bytes == 0) return absl::OkStatus();
-  return Run("Broadcast", bytes, [&] {
-    return ncclBroadcast(data, data, bytes, ncclUint8, root, impl_->comm, impl_->stream);
-  });
+  return Run(
+      "Broadcast", bytes,
+      [&] { return ncclBroadcast(data, data, bytes, ncclUint8, root, impl_->comm, impl_->stream); },
+      /*wait=*/true);
 }
 
 absl::Status NcclCommunicator::Barrier() {
-  return Run("Barrier", 0, [&] {
-    return ncclAllReduce(impl_->barrier_scratch, impl_->barrier_scratch, 1, ncclFloat32, ncclSum,
-                         impl_->comm, impl_->stream);
-  });
+  return Run(
+      "Barrier", 0,
+      [&] {
+        return ncclAllReduce(impl_->barrier_scratch, impl_->barrier_scratch, 1, ncclFloat32,
+                             ncclSum, impl_->comm, impl_->stream);
+      },
+      /*wait=*/true);
 }
 
 }  // namespace tessera

@@ -2,6 +2,8 @@
 
 #include <algorithm>
 #include <chrono>
+#include <numeric>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "common/status_macros.h"
@@ -78,8 +80,14 @@ absl::Status StepExecutor::Execute(const v1::StepRequest& request, v1::StepRespo
     max_blocks = std::max(max_blocks, static_cast<int>(it->second.blocks.size()));
   }
   batch.max_blocks_per_seq = max_blocks;
+  // Decode sequences (one token) go first, so a backend can give them its decode attention
+  // kernel (kernels::AttentionBatch::num_decode_seqs); the response keeps the request's order.
+  std::vector<int> order(scheduled.size());
+  std::iota(order.begin(), order.end(), 0);
+  std::stable_partition(order.begin(), order.end(),
+                        [&](int i) { return request.num_scheduled_tokens(i) == 1; });
   std::vector<int> logits_seq;  // Index into `scheduled` per logits row.
-  for (size_t i = 0; i < scheduled.size(); ++i) {
+  for (const int i : order) {
     SeqState& s = *scheduled[i];
     const int n = static_cast<int>(request.num_scheduled_tokens(i));
     const int end = s.num_computed + n;
@@ -104,7 +112,10 @@ absl::Status StepExecutor::Execute(const v1::StepRequest& request, v1::StepRespo
   // Every rank holds the full logits; rank 0 samples and answers for the group.
   if (model_->layout().rank != 0) return absl::OkStatus();
   const size_t vocab = model_->config().vocab_size;
-  for (size_t row = 0; row < logits_seq.size(); ++row) {
+  std::vector<size_t> rows(logits_seq.size());
+  std::iota(rows.begin(), rows.end(), size_t{0});
+  std::sort(rows.begin(), rows.end(), [&](size_t a, size_t b) { return logits_seq[a] < logits_seq[b]; });
+  for (const size_t row : rows) {
     const int i = logits_seq[row];
     const SeqState& s = *scheduled[i];
     const uint64_t step = s.tokens.size() - s.prompt_len;  // Index of the token drawn.

@@ -77,6 +77,9 @@ absl::StatusOr<std::unique_ptr<Communicator>> MakeNcclCommunicator(const v1::Con
   o.world_size = static_cast<int>(r.world_size());
   o.device = cuda.device;
   o.stream = cuda.stream;  // Collectives order against the backend's kernels.
+  // The forward pass reads results through that stream and calls Wait() first, so the
+  // host need not block on each layer's all-reduce.
+  o.queue_without_waiting = true;
   o.timeout = timeout;
   ASSIGN_OR_RETURN(std::unique_ptr<NcclCommunicator> comm, NcclCommunicator::Create(o));
   return std::unique_ptr<Communicator>(std::move(comm));

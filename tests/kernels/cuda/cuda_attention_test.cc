@@ -1,12 +1,15 @@
 // Paged attention of the CUDA backend (split-K decode kernel, tiled prefill kernel) against
-// the CPU backend, with shuffled block tables, GQA (6 query heads over 2 KV heads), block
-// sizes 1 and 16, and contexts up to 97 tokens.
+// the CPU backend, with shuffled block tables, GQA (6 query heads over 2 KV heads, and
+// groups of 2, 4 and 8 that the split-K kernel serves several heads per block), block
+// sizes 1 and 16, contexts up to 97 tokens, and mixed steps whose leading decode sequences
+// take the split-K kernel and the rest the tiled one.
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <numeric>
 #include <random>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "gtest/gtest.h"
@@ -16,7 +19,7 @@
 namespace tessera::kernels::cuda_testing {
 namespace {
 
-constexpr int kQHeads = 6;
+constexpr int kQHeads = 6;  // Defaults: a GQA group of 3, one head per split-K block.
 constexpr int kKvHeads = 2;
 
 struct SeqSpec {
@@ -27,6 +30,8 @@ struct SeqSpec {
 // The host side of an AttentionBatch plus the caches and queries for it.
 struct Problem {
   KvCacheShape shape;
+  int q_heads = kQHeads;
+  int kv_heads = kKvHeads;
   int num_seqs = 0;
   int num_tokens = 0;
   int max_blocks = 0;
@@ -43,8 +48,10 @@ struct Problem {
 // Blocks are handed out from a shuffled list (block 0 stays unused, as in the real pool), so
 // a kernel that assumes contiguous blocks reads the wrong keys.
 Problem MakeProblem(const std::vector<SeqSpec>& seqs, int block_size, int head_dim,
-                    uint32_t seed) {
+                    uint32_t seed, int q_heads = kQHeads, int kv_heads = kKvHeads) {
   Problem p;
+  p.q_heads = q_heads;
+  p.kv_heads = kv_heads;
   p.num_seqs = static_cast<int>(seqs.size());
   int total_blocks = 0;
   for (const SeqSpec& s : seqs) {
@@ -54,7 +61,7 @@ Problem MakeProblem(const std::vector<SeqSpec>& seqs, int block_size, int head_d
   }
   p.shape.num_blocks = total_blocks + 5;
   p.shape.block_size = block_size;
-  p.shape.num_kv_heads = kKvHeads;
+  p.shape.num_kv_heads = kv_heads;
   p.shape.head_dim = head_dim;
 
   std::vector<int32_t> free_blocks(p.shape.num_blocks - 1);
@@ -83,7 +90,7 @@ Problem MakeProblem(const std::vector<SeqSpec>& seqs, int block_size, int head_d
   }
   p.num_tokens = p.query_start.back();
   // Queries sit at the front of fused qkv rows, as in the forward pass.
-  p.q_stride = (kQHeads + 2 * kKvHeads) * head_dim;
+  p.q_stride = (q_heads + 2 * kv_heads) * head_dim;
   p.q = RandomFloats(static_cast<size_t>(p.num_tokens) * p.q_stride, seed + 1, -2.0f, 2.0f);
   p.k_cache = RandomFloats(p.shape.elements(), seed + 2);
   p.v_cache = RandomFloats(p.shape.elements(), seed + 3);
@@ -112,7 +119,7 @@ struct DeviceProblem {
         q(p.q),
         k_cache(p.k_cache),
         v_cache(p.v_cache),
-        out(static_cast<size_t>(p.num_tokens) * kQHeads * p.shape.head_dim) {
+        out(static_cast<size_t>(p.num_tokens) * p.q_heads * p.shape.head_dim) {
     batch.num_seqs = p.num_seqs;
     batch.num_tokens = p.num_tokens;
     batch.query_start = query_start.get();
@@ -132,25 +139,33 @@ class CudaAttentionTest : public CudaVsCpuTest {
   // Runs the CPU reference, the backend's choice of kernel, and both kernels explicitly
   // (the split kernel also with small partitions, so the reduction kernel runs).
   // `window` > 0: sliding-window attention (AttentionBatch::sliding_window).
+  // The backend is told how many leading sequences decode (AttentionBatch::num_decode_seqs),
+  // as the forward pass tells it.
   void CheckAllKernels(const std::vector<SeqSpec>& seqs, const std::string& label,
-                       int window = 0) {
+                       int window = 0, int q_heads = kQHeads, int kv_heads = kKvHeads) {
+    int leading_decode = 0;
+    while (leading_decode < static_cast<int>(seqs.size()) && seqs[leading_decode].num_new == 1) {
+      ++leading_decode;
+    }
     for (int head_dim : {8, 16, 32, 64, 128}) {
       for (int block_size : {1, 16}) {
         const std::string what = label + " head_dim=" + std::to_string(head_dim) +
                                  " block_size=" + std::to_string(block_size);
         SCOPED_TRACE(what);
-        const Problem p = MakeProblem(seqs, block_size, head_dim, 31 + head_dim + block_size);
+        const Problem p = MakeProblem(seqs, block_size, head_dim, 31 + head_dim + block_size,
+                                      q_heads, kv_heads);
         const float scale = 1.0f / std::sqrt(static_cast<float>(head_dim));
-        std::vector<float> expected(static_cast<size_t>(p.num_tokens) * kQHeads * head_dim);
+        std::vector<float> expected(static_cast<size_t>(p.num_tokens) * q_heads * head_dim);
         AttentionBatch host_batch = HostBatch(p);
         host_batch.sliding_window = window;
         cpu_->PagedAttention(p.q.data(), p.q_stride, host_batch, p.k_cache.data(),
-                             p.v_cache.data(), p.shape, kQHeads, scale, expected.data());
+                             p.v_cache.data(), p.shape, q_heads, scale, expected.data());
 
         DeviceProblem d(p);
         d.batch.sliding_window = window;
+        d.batch.num_decode_seqs = leading_decode;
         cuda_->PagedAttention(d.q.get(), p.q_stride, d.batch, d.k_cache.get(),
-                              d.v_cache.get(), p.shape, kQHeads, scale, d.out.get());
+                              d.v_cache.get(), p.shape, q_heads, scale, d.out.get());
         cuda_->Synchronize();
         ASSERT_TRUE(cuda_->status().ok()) << cuda_->status();
         ExpectAllClose(d.out.ToHost(), expected, 1e-4, what + " backend");
@@ -158,12 +173,12 @@ class CudaAttentionTest : public CudaVsCpuTest {
         for (int partition : {7, 16, 0}) {
           DeviceArray<float> out(expected.size());
           const size_t bytes =
-              gpu::AttentionSplitWorkspaceBytes(d.batch, p.shape, kQHeads, partition);
+              gpu::AttentionSplitWorkspaceBytes(d.batch, p.shape, q_heads, partition);
           DeviceArray<uint8_t> workspace(bytes);
           std::string error;
           ASSERT_TRUE(gpu::LaunchPagedAttentionSplit(
               d.q.get(), p.q_stride, d.batch, d.k_cache.get(), d.v_cache.get(), p.shape,
-              kQHeads, scale, partition, workspace.get(), bytes, out.get(), nullptr, &error))
+              q_heads, scale, partition, workspace.get(), bytes, out.get(), nullptr, &error))
               << error;
           ExpectAllClose(out.ToHost(), expected, 1e-4,
                          what + " split partition=" + std::to_string(partition));
@@ -173,7 +188,7 @@ class CudaAttentionTest : public CudaVsCpuTest {
           std::string error;
           ASSERT_TRUE(gpu::LaunchPagedAttentionPrefill(d.q.get(), p.q_stride, d.batch,
                                                        d.k_cache.get(), d.v_cache.get(),
-                                                       p.shape, kQHeads, scale, out.get(),
+                                                       p.shape, q_heads, scale, out.get(),
                                                        nullptr, &error))
               << error;
           ExpectAllClose(out.ToHost(), expected, 1e-4, what + " prefill kernel");
@@ -197,6 +212,24 @@ TEST_F(CudaAttentionTest, PrefillAndMixedChunks) {
   const std::vector<SeqSpec> seqs = {{97, 97}, {40, 7}, {1, 1},  {33, 16},
                                      {20, 1},  {64, 33}, {18, 17}};
   CheckAllKernels(seqs, "mixed");
+}
+
+// A continuous-batching step as the worker orders it: decode sequences first (split-K),
+// then prefill chunks (tiled), over GQA groups of 1 to 8 query heads per KV head.
+TEST_F(CudaAttentionTest, MixedStepDecodeFirstAcrossGqaGroups) {
+  const std::vector<SeqSpec> seqs = {{97, 1}, {1, 1},  {17, 1},  {40, 1}, {64, 33},
+                                     {20, 20}, {33, 16}, {18, 17}, {5, 1}};
+  for (auto [q_heads, kv_heads] : std::vector<std::pair<int, int>>{
+           {6, 2}, {4, 2}, {8, 2}, {16, 2}, {32, 4}, {8, 8}}) {
+    const std::string label = "mixed q_heads=" + std::to_string(q_heads) +
+                              " kv_heads=" + std::to_string(kv_heads);
+    CheckAllKernels(seqs, label, 0, q_heads, kv_heads);
+    CheckAllKernels(seqs, label + " window 37", 37, q_heads, kv_heads);
+  }
+  // Pure decode with the largest group.
+  std::vector<SeqSpec> decode;
+  for (int i = 0; i < 9; ++i) decode.push_back({1 + (i * 29) % 97, 1});
+  CheckAllKernels(decode, "decode q_heads=32 kv_heads=4", 0, 32, 4);
 }
 
 // Sliding windows (Mistral, Qwen2) shorter than most contexts, starting mid-block and

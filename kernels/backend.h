@@ -4,6 +4,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <string>
 #include <string_view>
 
 #include "common/dtype.h"
@@ -95,6 +96,23 @@ struct AttentionBatch {
   int num_decode_seqs = 0;
 };
 
+// One row of sampling where the logits live (Backend::SampleOnDevice): the fields of
+// SamplingParams (common/sampling_params.h), the seed already combined with the step, and
+// the row's entries [penalty_begin, penalty_end) of the flat penalty arrays (the distinct
+// tokens of the sequence so far and how often each occurs in its output).
+struct DeviceSamplingRow {
+  float temperature = 1.0f;  // 0: greedy.
+  int32_t top_k = 0;
+  float top_p = 1.0f;
+  float min_p = 0.0f;
+  uint64_t seed = 0;
+  float repetition_penalty = 1.0f;
+  float presence_penalty = 0.0f;
+  float frequency_penalty = 0.0f;
+  int32_t penalty_begin = 0;
+  int32_t penalty_end = 0;
+};
+
 class Backend {
  public:
   virtual ~Backend() = default;
@@ -170,6 +188,22 @@ class Backend {
 
   // y[i] += x[i] for i < n.
   virtual void Add(float* y, const float* x, size_t n) = 0;
+
+  // ---- Sampling where the logits live, so only token ids cross to the host.
+  virtual bool HasDeviceSampler() const { return false; }
+  // `logits` [num_rows, vocab] in backend memory, unchanged; `tokens` and `logprobs` (the
+  // raw distribution's log-probability of each chosen token) are host arrays of num_rows.
+  // Penalties as worker/sampler.cc applies them; top-k, min-p and top-p cut as there, but
+  // the draw walks the kept tokens in index order, so a seed picks other tokens than on
+  // the host (the same distribution). False with `*error` on failure; backends without a
+  // device sampler return false with "unsupported".
+  virtual bool SampleOnDevice(const float* logits, int vocab, const DeviceSamplingRow* rows,
+                              int num_rows, const int32_t* penalty_tokens,
+                              const int32_t* penalty_output_counts, size_t num_penalty_entries,
+                              int32_t* tokens, float* logprobs, std::string* error) {
+    *error = "unsupported";
+    return false;
+  }
 };
 
 inline void Backend::CopyOnDevice(void* dst, const void* src, size_t bytes) {

@@ -203,7 +203,7 @@ absl::Status LlamaModel::EnsureWorkspace(int tokens, int seqs, int blocks, int n
 }
 
 absl::Status LlamaModel::Forward(const StepBatch& batch, KvCache* cache,
-                                 std::vector<float>* logits) {
+                                 std::vector<float>* logits, const float** device_logits) {
   RETURN_IF_ERROR(ValidateBatch(batch, config_, cache->shape()));
   const int n = batch.num_tokens();
   const int num_logits = static_cast<int>(batch.logits_rows.size());
@@ -293,21 +293,30 @@ absl::Status LlamaModel::Forward(const StepBatch& batch, KvCache* cache,
     be.CopyOnDevice(selected + static_cast<size_t>(i) * h,
                     normed + static_cast<size_t>(batch.logits_rows[i]) * h, h * sizeof(float));
   }
-  RETURN_IF_ERROR(GatherLogits(num_logits, logits));
+  RETURN_IF_ERROR(GatherLogits(num_logits, logits, device_logits));
   return CheckBackend(be, "forward pass");
 }
 
-absl::Status LlamaModel::GatherLogits(int rows, std::vector<float>* logits) {
+absl::Status LlamaModel::GatherLogits(int rows, std::vector<float>* logits,
+                                      const float** device_logits) {
   kernels::Backend& be = *backend_;
   const int world = layout_.world;
   const size_t vocab = config_.vocab_size;
   const size_t local = layout_.vocab.size();
   const size_t vmax = EvenSplit(config_.vocab_size, 0, world).size();
   float* local_logits = ws_.logits_local.as<float>();
-  logits->resize(rows * vocab);
+  if (device_logits != nullptr) {
+    logits->clear();
+  } else {
+    logits->resize(rows * vocab);
+  }
   if (world == 1) {
     be.Gemm(ws_.selected.as<float>(), rows, weights_.lm_head_view(), local_logits);
     RETURN_IF_ERROR(comm_->Wait());
+    if (device_logits != nullptr) {
+      *device_logits = local_logits;
+      return absl::OkStatus();
+    }
     be.CopyToHost(logits->data(), local_logits, rows * vocab * sizeof(float));
     return absl::OkStatus();
   }
@@ -325,6 +334,22 @@ absl::Status LlamaModel::GatherLogits(int rows, std::vector<float>* logits) {
   }
   RETURN_IF_ERROR(comm_->AllGather(padded, rows * vmax, gathered));
   RETURN_IF_ERROR(comm_->Wait());  // Collectives may only be queued; the copy reads their results.
+  if (device_logits != nullptr) {
+    // [world][rows][vmax] -> [rows][vocab], on the device.
+    RETURN_IF_ERROR(Reserve(backend_, &ws_.logits_device, rows * vocab * sizeof(float),
+                            "gathered logits"));
+    float* full = ws_.logits_device.as<float>();
+    for (int rank = 0; rank < world; ++rank) {
+      const Range part = EvenSplit(config_.vocab_size, rank, world);
+      for (int r = 0; r < rows; ++r) {
+        be.CopyOnDevice(full + r * vocab + part.begin,
+                        gathered + (static_cast<size_t>(rank) * rows + r) * vmax,
+                        part.size() * sizeof(float));
+      }
+    }
+    *device_logits = full;
+    return absl::OkStatus();
+  }
   std::vector<float> host(static_cast<size_t>(world) * rows * vmax);
   be.CopyToHost(host.data(), gathered, host.size() * sizeof(float));
   for (int rank = 0; rank < world; ++rank) {

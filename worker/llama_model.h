@@ -61,7 +61,11 @@ class LlamaModel {
 
   // Runs one step over `batch` writing K/V into `cache`. On return `logits` (host) holds
   // [batch.logits_rows.size(), vocab_size] full-vocabulary logits, on every rank.
-  absl::Status Forward(const StepBatch& batch, KvCache* cache, std::vector<float>* logits);
+  // With `device_logits` the logits stay in backend memory instead (for sampling there,
+  // Backend::SampleOnDevice): *device_logits points at them, same layout, valid until the
+  // next step, and `logits` is left empty.
+  absl::Status Forward(const StepBatch& batch, KvCache* cache, std::vector<float>* logits,
+                       const float** device_logits = nullptr);
 
   // Allocates this rank's KV cache with `num_blocks` blocks of `block_size` tokens.
   absl::StatusOr<std::unique_ptr<KvCache>> CreateKvCache(int num_blocks, int block_size) const;
@@ -81,7 +85,8 @@ class LlamaModel {
  private:
   LlamaModel() = default;
   absl::Status EnsureWorkspace(int num_tokens, int num_seqs, int max_blocks, int num_logits);
-  absl::Status GatherLogits(int num_rows, std::vector<float>* logits);
+  absl::Status GatherLogits(int num_rows, std::vector<float>* logits,
+                            const float** device_logits);
 
   ModelConfig config_;
   ShardLayout layout_;
@@ -96,6 +101,7 @@ class LlamaModel {
   struct Workspace {
     int tokens = 0, seqs = 0, blocks = 0, logits = 0;
     DeviceBuffer hidden, normed, qkv, attn, proj, gate_up, act, selected, logits_local;
+    DeviceBuffer logits_device;  // [logits, vocab] gathered on the device (tp > 1).
     // The step's metadata (token ids, positions, slots, query starts, context lengths,
     // block tables), packed so one asynchronous copy uploads it: see StepMetadata.
     DeviceBuffer metadata;

@@ -16,9 +16,15 @@ uint64_t SplitMix64(uint64_t x) {
   return x ^ (x >> 31);
 }
 
+// The seed of the draw for token `step`: the device sampler hashes it once more, as
+// UniformForStep does, so both take their uniform from the same 64 bits.
+uint64_t StepSeed(uint64_t seed, uint64_t step) {
+  return seed ^ SplitMix64(step + 0x632be59bd9b4e019ull);
+}
+
 // A uniform draw in [0, 1) fixed by (seed, step).
 double UniformForStep(uint64_t seed, uint64_t step) {
-  const uint64_t bits = SplitMix64(seed ^ SplitMix64(step + 0x632be59bd9b4e019ull));
+  const uint64_t bits = SplitMix64(StepSeed(seed, step));
   return static_cast<double>(bits >> 11) * (1.0 / 9007199254740992.0);
 }
 
@@ -127,6 +133,54 @@ SampledToken SampleToken(absl::Span<const float> raw, const SamplingParams& p,
     }
   }
   return out;
+}
+
+kernels::DeviceSamplingRow DeviceSamplingRowFor(const SamplingParams& p,
+                                                absl::Span<const int32_t> history,
+                                                size_t output_start, uint64_t step,
+                                                std::vector<int32_t>* tokens,
+                                                std::vector<int32_t>* output_counts) {
+  kernels::DeviceSamplingRow row;
+  row.temperature = p.temperature;
+  row.top_k = p.top_k;
+  row.top_p = p.top_p;
+  row.min_p = p.min_p;
+  row.seed = StepSeed(p.seed, step);
+  row.repetition_penalty = p.repetition_penalty;
+  row.presence_penalty = p.presence_penalty;
+  row.frequency_penalty = p.frequency_penalty;
+  row.penalty_begin = row.penalty_end = static_cast<int32_t>(tokens->size());
+  const bool penalised = p.repetition_penalty != 1.0f || p.presence_penalty != 0.0f ||
+                         p.frequency_penalty != 0.0f;
+  if (!penalised) return row;
+  // Distinct tokens in first-seen order; repetition applies to all of them, presence and
+  // frequency to those the output holds (count > 0).
+  std::unordered_map<int32_t, size_t> index;
+  const size_t start = std::min(output_start, history.size());
+  for (size_t i = 0; i < history.size(); ++i) {
+    const int32_t t = history[i];
+    auto [it, inserted] = index.emplace(t, tokens->size());
+    if (inserted) {
+      tokens->push_back(t);
+      output_counts->push_back(0);
+    }
+    if (i >= start) ++(*output_counts)[it->second];
+  }
+  if (p.repetition_penalty == 1.0f) {
+    // Only output tokens matter: drop the prompt-only entries.
+    size_t kept = static_cast<size_t>(row.penalty_begin);
+    for (size_t e = kept; e < tokens->size(); ++e) {
+      if ((*output_counts)[e] > 0) {
+        (*tokens)[kept] = (*tokens)[e];
+        (*output_counts)[kept] = (*output_counts)[e];
+        ++kept;
+      }
+    }
+    tokens->resize(kept);
+    output_counts->resize(kept);
+  }
+  row.penalty_end = static_cast<int32_t>(tokens->size());
+  return row;
 }
 
 }  // namespace tessera

@@ -7,6 +7,7 @@
 
 #include "absl/types/span.h"
 #include "common/sampling_params.h"
+#include "kernels/backend.h"
 
 namespace tessera {
 
@@ -24,6 +25,16 @@ struct SampledToken {
 // preempted.
 SampledToken SampleToken(absl::Span<const float> logits, const SamplingParams& params,
                          absl::Span<const int32_t> history, size_t output_start, uint64_t step);
+
+// The same draw on the backend's device sampler (kernels::Backend::SampleOnDevice): the
+// row for one sequence, its seed combined with `step` as SampleToken combines them, and
+// its penalty entries (distinct tokens of `history`, each with its count in the output)
+// appended to `tokens` / `output_counts` when the request has penalties.
+kernels::DeviceSamplingRow DeviceSamplingRowFor(const SamplingParams& params,
+                                                absl::Span<const int32_t> history,
+                                                size_t output_start, uint64_t step,
+                                                std::vector<int32_t>* tokens,
+                                                std::vector<int32_t>* output_counts);
 
 }  // namespace tessera
 

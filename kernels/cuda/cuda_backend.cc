@@ -5,6 +5,7 @@
 #include <cstring>
 #include <string>
 #include <utility>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 
@@ -74,7 +75,8 @@ absl::StatusOr<std::unique_ptr<CudaBackend>> MakeCudaBackend(int device) {
 CudaBackend::~CudaBackend() {
   cudaStreamSynchronize(stream_);
   gemm_.reset();
-  for (Scratch* s : {&activations_, &dequantized_, &attention_, &sampling_, &fp8_inputs_}) {
+  for (Scratch* s : {&activations_, &dequantized_, &attention_, &sampling_, &fp8_inputs_,
+                     &penalized_, &sample_io_}) {
     if (s->data != nullptr) cudaFree(s->data);
   }
   if (staging_ != nullptr) cudaFreeHost(staging_);
@@ -170,6 +172,12 @@ void CudaBackend::CopyToDeviceAsync(void* dst, const void* host_src, size_t byte
   staged_ += padded;
   RecordCuda(cudaMemcpyAsync(dst, slot, bytes, cudaMemcpyHostToDevice, stream_),
              "cudaMemcpyAsync staged host to device");
+}
+
+void CudaBackend::CopyOnDevice(void* dst, const void* src, size_t bytes) {
+  if (bytes == 0) return;
+  RecordCuda(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, stream_),
+             "cudaMemcpyAsync device to device");
 }
 
 void CudaBackend::CopyToHost(void* host_dst, const void* src, size_t bytes) {
@@ -438,6 +446,85 @@ absl::Status CudaBackend::Sample(const float* logits, int rows, int vocab,
                                             cudaGetErrorString(e)));
   }
   return absl::OkStatus();
+}
+
+bool CudaBackend::SampleOnDevice(const float* logits, int vocab, const DeviceSamplingRow* rows,
+                                 int num_rows, const int32_t* penalty_tokens,
+                                 const int32_t* penalty_output_counts,
+                                 size_t num_penalty_entries, int32_t* tokens, float* logprobs,
+                                 std::string* error) {
+  if (num_rows <= 0) return true;
+  std::vector<gpu::SamplingRowParams> sample(num_rows);
+  std::vector<gpu::PenaltyRowParams> penalty(num_rows);
+  bool any_penalty = false;
+  for (int r = 0; r < num_rows; ++r) {
+    const DeviceSamplingRow& in = rows[r];
+    sample[r] = {in.temperature, in.top_k, in.top_p, in.seed, in.min_p};
+    penalty[r] = {in.repetition_penalty, in.presence_penalty, in.frequency_penalty,
+                  in.penalty_begin, in.penalty_end};
+    if (in.penalty_begin < 0 || in.penalty_end < in.penalty_begin ||
+        static_cast<size_t>(in.penalty_end) > num_penalty_entries) {
+      *error = absl::StrCat("SampleOnDevice: row ", r, " names penalty entries [",
+                            in.penalty_begin, ", ", in.penalty_end, ") of ",
+                            num_penalty_entries);
+      return false;
+    }
+    any_penalty |= in.penalty_end > in.penalty_begin &&
+                   (in.repetition_penalty != 1.0f || in.presence_penalty != 0.0f ||
+                    in.frequency_penalty != 0.0f);
+  }
+  // One scratch area: sampling params, penalty params, penalty tokens and counts, then the
+  // outputs (ids, logprobs); 256-byte aligned parts.
+  auto align = [](size_t n) { return (n + 255) / 256 * 256; };
+  const size_t sample_bytes = align(num_rows * sizeof(gpu::SamplingRowParams));
+  const size_t penalty_bytes = align(num_rows * sizeof(gpu::PenaltyRowParams));
+  const size_t list_bytes = align(num_penalty_entries * sizeof(int32_t));
+  const size_t out_bytes = align(num_rows * sizeof(int32_t));
+  const size_t total = sample_bytes + penalty_bytes + 2 * list_bytes + 2 * out_bytes;
+  auto* io = static_cast<char*>(Ensure(sample_io_, total, "sampling parameters"));
+  if (io == nullptr) {
+    *error = first_error_.ToString();
+    return false;
+  }
+  auto* d_sample = reinterpret_cast<gpu::SamplingRowParams*>(io);
+  auto* d_penalty = reinterpret_cast<gpu::PenaltyRowParams*>(io + sample_bytes);
+  auto* d_tokens_in = reinterpret_cast<int32_t*>(io + sample_bytes + penalty_bytes);
+  auto* d_counts = reinterpret_cast<int32_t*>(io + sample_bytes + penalty_bytes + list_bytes);
+  auto* d_ids = reinterpret_cast<int32_t*>(io + sample_bytes + penalty_bytes + 2 * list_bytes);
+  auto* d_logprobs = reinterpret_cast<float*>(io + sample_bytes + penalty_bytes +
+                                              2 * list_bytes + out_bytes);
+  CopyToDeviceAsync(d_sample, sample.data(), num_rows * sizeof(gpu::SamplingRowParams));
+  const float* sampled_from = logits;
+  if (any_penalty) {
+    CopyToDeviceAsync(d_penalty, penalty.data(), num_rows * sizeof(gpu::PenaltyRowParams));
+    CopyToDeviceAsync(d_tokens_in, penalty_tokens, num_penalty_entries * sizeof(int32_t));
+    CopyToDeviceAsync(d_counts, penalty_output_counts, num_penalty_entries * sizeof(int32_t));
+    const size_t logit_bytes = static_cast<size_t>(num_rows) * vocab * sizeof(float);
+    auto* work = static_cast<float*>(Ensure(penalized_, logit_bytes, "penalised logits"));
+    if (work == nullptr) {
+      *error = first_error_.ToString();
+      return false;
+    }
+    RecordCuda(cudaMemcpyAsync(work, logits, logit_bytes, cudaMemcpyDeviceToDevice, stream_),
+               "cudaMemcpyAsync of logits for penalties");
+    if (!gpu::LaunchApplyPenalties(work, num_rows, vocab, d_penalty, d_tokens_in, d_counts,
+                                   stream_, error)) {
+      return false;
+    }
+    sampled_from = work;
+  }
+  if (!gpu::LaunchSample(sampled_from, num_rows, vocab, d_sample, d_ids, nullptr, stream_,
+                         error) ||
+      !gpu::LaunchLogProbsAt(logits, num_rows, vocab, d_ids, d_logprobs, stream_, error)) {
+    return false;
+  }
+  CopyToHost(tokens, d_ids, num_rows * sizeof(int32_t));
+  CopyToHost(logprobs, d_logprobs, num_rows * sizeof(float));
+  if (!first_error_.ok()) {
+    *error = std::string(first_error_.message());
+    return false;
+  }
+  return true;
 }
 
 }  // namespace tessera::kernels

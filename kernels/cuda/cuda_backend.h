@@ -46,6 +46,8 @@ class CudaBackend final : public Backend {
   // staging area is reused only once the stream is idle (after Synchronize or a copy to
   // host), so a pending transfer never reads overwritten bytes.
   void CopyToDeviceAsync(void* dst, const void* host_src, size_t bytes) override;
+  // Queued on the stream (the default would stage through the host and wait twice).
+  void CopyOnDevice(void* dst, const void* src, size_t bytes) override;
   void Synchronize() override;
   size_t FreeMemoryBytes() const override;
 
@@ -75,6 +77,14 @@ class CudaBackend final : public Backend {
                       const void* k_cache, const void* v_cache, const KvCacheShape& shape,
                       int num_q_heads, float scale, float* out) override;
   void Add(float* y, const float* x, size_t n) override;
+  bool HasDeviceSampler() const override { return true; }
+  // Penalties on a device copy of the logits (when any row has them), the sampling kernel
+  // on that copy, the raw log-probabilities from the original; one upload of the row
+  // parameters and penalty lists, one download of ids and logprobs.
+  bool SampleOnDevice(const float* logits, int vocab, const DeviceSamplingRow* rows,
+                      int num_rows, const int32_t* penalty_tokens,
+                      const int32_t* penalty_output_counts, size_t num_penalty_entries,
+                      int32_t* tokens, float* logprobs, std::string* error) override;
 
   // ---- Beyond the Backend interface.
   // Sampling over device logits [rows, vocab]; tokens (and logprobs, nullable) are device
@@ -128,6 +138,8 @@ class CudaBackend final : public Backend {
   Scratch dequantized_;  // Quantized weights widened to BF16 for one prefill GEMM.
   Scratch attention_;    // Split-K partials.
   Scratch sampling_;     // Per-row sampling parameters.
+  Scratch penalized_;    // SampleOnDevice: the logits with penalties applied.
+  Scratch sample_io_;    // SampleOnDevice: parameters and penalty lists in, ids and logprobs out.
   Scratch fp8_inputs_;   // FP8 activations and their scale for one prefill GEMM.
   // Pinned host memory for CopyToDeviceAsync; `staged_` bytes of it may still be in flight.
   void* staging_ = nullptr;

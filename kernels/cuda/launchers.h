@@ -115,7 +115,30 @@ struct SamplingRowParams {
   int32_t top_k = 0;         // <= 0 or >= vocab: no top-k cut.
   float top_p = 1.0f;        // >= 1: no nucleus cut.
   uint64_t seed = 0;
+  float min_p = 0.0f;        // Keep tokens with p >= min_p * p_max; <= 0: no cut.
 };
+
+// Penalties of one row (as worker/sampler.cc applies them): entries [begin, end) of the
+// flat `tokens` / `output_counts` arrays are the distinct tokens of the sequence so far
+// and how often each occurs in its output (0: in the prompt only).
+struct PenaltyRowParams {
+  float repetition = 1.0f;  // Every listed token: logit / r if positive, else logit * r.
+  float presence = 0.0f;    // Tokens with a count: minus presence + frequency * count.
+  float frequency = 0.0f;
+  int32_t begin = 0;
+  int32_t end = 0;
+};
+
+// Applies each row's penalties to `logits` [rows, vocab] in place (device memory
+// everywhere); tokens outside [0, vocab) are ignored.
+bool LaunchApplyPenalties(float* logits, int rows, int vocab, const PenaltyRowParams* params,
+                          const int32_t* tokens, const int32_t* output_counts,
+                          cudaStream_t stream, std::string* error);
+
+// logprobs[r] = log_softmax(logits[r])[tokens[r]]: the raw distribution's log-probability
+// of a token chosen from a penalised copy.
+bool LaunchLogProbsAt(const float* logits, int rows, int vocab, const int32_t* tokens,
+                      float* logprobs, cudaStream_t stream, std::string* error);
 
 // Greedy: the index of the largest logit (the lowest index among equal ones); NaNs never win.
 // logprobs (nullable): log-softmax of the raw logits at the chosen token.
@@ -123,8 +146,9 @@ bool LaunchArgmax(const float* logits, int rows, int vocab, int32_t* tokens, flo
                   cudaStream_t stream, std::string* error);
 
 // Softmax(logits / temperature), restricted to the top_k largest logits (ties at the cut
-// kept), then to the smallest set of the largest whose probability reaches top_p (ties kept),
-// renormalised; one draw per row. logprobs as for LaunchArgmax.
+// kept), then to those with p >= min_p * p_max and to the smallest set of the largest whose
+// probability reaches top_p of the top-k set's (ties kept), renormalised; one draw per
+// row. logprobs as for LaunchArgmax.
 bool LaunchSample(const float* logits, int rows, int vocab, const SamplingRowParams* params,
                   int32_t* tokens, float* logprobs, cudaStream_t stream, std::string* error);
 

@@ -107,10 +107,12 @@ __global__ void __launch_bounds__(kSampleThreads)
   if (p.temperature > 0.0f && best != -INFINITY) {
     const float inv_t = 1.0f / p.temperature;
     // Unnormalised probability of element i: exp((l_i - max) / T); 0 for NaN / -inf.
+    // The maximum weighs 1, so min-p keeps the weights >= min_p.
     auto weight = [&](int i) {
       const float v = row[i];
       return v == v ? expf((v - best) * inv_t) : 0.0f;
     };
+    const float min_weight = p.min_p > 0.0f ? p.min_p : 0.0f;
 
     // Top-k: the largest threshold key with at least k keys >= it (the k-th largest key).
     uint32_t threshold = 0;
@@ -152,7 +154,9 @@ __global__ void __launch_bounds__(kSampleThreads)
     const int end = min(vocab, begin + chunk);
     float mine = 0.0f;
     for (int i = begin; i < end; ++i) {
-      if (Key(row[i]) >= threshold) mine += weight(i);
+      if (Key(row[i]) < threshold) continue;
+      const float w = weight(i);
+      if (w >= min_weight) mine += w;
     }
     __syncthreads();
     s_chunk[threadIdx.x] = mine;
@@ -177,7 +181,7 @@ __global__ void __launch_bounds__(kSampleThreads)
       for (int i = begin; i < end; ++i) {
         if (Key(row[i]) < threshold) continue;
         const float w = weight(i);
-        if (w <= 0.0f) continue;
+        if (w <= 0.0f || w < min_weight) continue;
         pick = i;  // Rounding fallback: the last kept token of the chunk.
         running += w;
         if (running > target) break;
@@ -193,6 +197,34 @@ __global__ void __launch_bounds__(kSampleThreads)
     if (threadIdx.x == 0) logprobs[blockIdx.x] = lp;
   }
   if (threadIdx.x == 0) tokens[blockIdx.x] = token;
+}
+
+// One block per row; each listed token is distinct, so no two threads touch one logit.
+__global__ void ApplyPenaltiesKernel(float* logits, int vocab, const PenaltyRowParams* params,
+                                     const int32_t* tokens, const int32_t* output_counts) {
+  const PenaltyRowParams p = params[blockIdx.x];
+  float* row = logits + static_cast<int64_t>(blockIdx.x) * vocab;
+  for (int e = p.begin + static_cast<int>(threadIdx.x); e < p.end; e += blockDim.x) {
+    const int32_t t = tokens[e];
+    if (t < 0 || t >= vocab) continue;
+    float v = row[t];
+    if (p.repetition != 1.0f) v = v > 0.0f ? v / p.repetition : v * p.repetition;
+    const int32_t c = output_counts[e];
+    if (c > 0) v -= p.presence + p.frequency * static_cast<float>(c);
+    row[t] = v;
+  }
+}
+
+__global__ void __launch_bounds__(kSampleThreads)
+    LogProbsAtKernel(const float* logits, int vocab, const int32_t* tokens, float* logprobs) {
+  __shared__ float scratch[32];
+  const float* row = logits + static_cast<int64_t>(blockIdx.x) * vocab;
+  float best;
+  int argmax;
+  BlockArgmax(row, vocab, &best, &argmax);
+  const int token = min(max(tokens[blockIdx.x], 0), vocab - 1);
+  const float lp = LogProb(row, vocab, best, token, scratch);
+  if (threadIdx.x == 0) logprobs[blockIdx.x] = lp;
 }
 
 bool CheckArgs(const char* what, int rows, int vocab, std::string* error) {
@@ -218,6 +250,23 @@ bool LaunchSample(const float* logits, int rows, int vocab, const SamplingRowPar
   if (!CheckArgs("Sample", rows, vocab, error)) return false;
   SampleKernel<<<rows, kSampleThreads, 0, stream>>>(logits, vocab, params, tokens, logprobs);
   return CheckLaunch("Sample", error);
+}
+
+bool LaunchApplyPenalties(float* logits, int rows, int vocab, const PenaltyRowParams* params,
+                          const int32_t* tokens, const int32_t* output_counts,
+                          cudaStream_t stream, std::string* error) {
+  if (rows <= 0) return true;
+  if (!CheckArgs("ApplyPenalties", rows, vocab, error)) return false;
+  ApplyPenaltiesKernel<<<rows, 128, 0, stream>>>(logits, vocab, params, tokens, output_counts);
+  return CheckLaunch("ApplyPenalties", error);
+}
+
+bool LaunchLogProbsAt(const float* logits, int rows, int vocab, const int32_t* tokens,
+                      float* logprobs, cudaStream_t stream, std::string* error) {
+  if (rows <= 0) return true;
+  if (!CheckArgs("LogProbsAt", rows, vocab, error)) return false;
+  LogProbsAtKernel<<<rows, kSampleThreads, 0, stream>>>(logits, vocab, tokens, logprobs);
+  return CheckLaunch("LogProbsAt", error);
 }
 
 }  // namespace tessera::kernels::gpu

@@ -1,7 +1,10 @@
 #include "worker/sampler.h"
 
 #include <cmath>
+#include <algorithm>
 #include <map>
+#include <random>
+#include <vector>
 
 #include "gtest/gtest.h"
 
@@ -91,6 +94,60 @@ TEST(SamplerTest, LogprobsAreNormalised) {
   for (const auto& [id, lp] : t.top_logprobs) total += std::exp(lp);
   EXPECT_NEAR(total, 1.0, 1e-6);
   EXPECT_FLOAT_EQ(t.logprob, t.top_logprobs[0].second);
+}
+
+// The device sampler's penalty lists, applied as its kernel applies them (each listed token
+// once: repetition, then presence + frequency * output count), give the logits the host
+// sampler penalises: the greedy choice under penalties agrees, over random histories.
+TEST(SamplerTest, DevicePenaltyListsReproduceTheHostPenalties) {
+  std::mt19937 rng(7);
+  std::uniform_real_distribution<float> logit(-3.0f, 3.0f);
+  std::uniform_int_distribution<int32_t> token(0, 39);
+  for (int trial = 0; trial < 300; ++trial) {
+    SamplingParams p = Params(0);
+    p.repetition_penalty = trial % 3 == 0 ? 1.0f : 1.0f + 0.5f * (trial % 5);
+    p.presence_penalty = trial % 4 == 0 ? 0.0f : 0.4f;
+    p.frequency_penalty = trial % 7 == 0 ? 0.0f : 0.3f;
+    std::vector<float> logits(40);
+    for (float& v : logits) v = logit(rng);
+    std::vector<int32_t> history(1 + trial % 30);
+    for (int32_t& t : history) t = token(rng);
+    const size_t output_start = history.size() / 2;
+
+    std::vector<int32_t> tokens = {99};  // Entries of an earlier row stay untouched.
+    std::vector<int32_t> counts = {1};
+    const kernels::DeviceSamplingRow row =
+        DeviceSamplingRowFor(p, history, output_start, 3, &tokens, &counts);
+    ASSERT_EQ(row.penalty_begin, 1);
+    ASSERT_EQ(row.penalty_end, static_cast<int32_t>(tokens.size()));
+    std::vector<float> penalised = logits;
+    for (int32_t e = row.penalty_begin; e < row.penalty_end; ++e) {
+      float& v = penalised[tokens[e]];
+      if (row.repetition_penalty != 1.0f) {
+        v = v > 0 ? v / row.repetition_penalty : v * row.repetition_penalty;
+      }
+      if (counts[e] > 0) v -= row.presence_penalty + row.frequency_penalty * counts[e];
+    }
+    const int32_t device_choice = static_cast<int32_t>(
+        std::max_element(penalised.begin(), penalised.end()) - penalised.begin());
+    EXPECT_EQ(device_choice, SampleToken(logits, p, history, output_start, 3).id)
+        << "trial " << trial;
+  }
+}
+
+TEST(SamplerTest, DeviceRowsWithoutPenaltiesListNothing) {
+  std::vector<int32_t> tokens, counts;
+  SamplingParams p = Params(0.7f);
+  p.top_k = 5;
+  p.min_p = 0.1f;
+  const std::vector<int32_t> history = {1, 2, 2, 3};
+  const kernels::DeviceSamplingRow row = DeviceSamplingRowFor(p, history, 2, 9, &tokens, &counts);
+  EXPECT_TRUE(tokens.empty());
+  EXPECT_EQ(row.penalty_begin, row.penalty_end);
+  EXPECT_EQ(row.top_k, 5);
+  EXPECT_FLOAT_EQ(row.min_p, 0.1f);
+  // The step enters the seed: two steps of one request draw differently.
+  EXPECT_NE(row.seed, DeviceSamplingRowFor(p, history, 2, 10, &tokens, &counts).seed);
 }
 
 TEST(SamplingParamsTest, RejectsImpossibleValuesNamingTheField) {

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <chrono>
 #include <numeric>
+#include <string>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
@@ -104,24 +105,61 @@ absl::Status StepExecutor::Execute(const v1::StepRequest& request, v1::StepRespo
     s.num_computed = end;
   }
 
+  // Where the backend samples on its device (CUDA), only token ids come back to the host;
+  // top-n logprobs still need the full rows here. Every rank decides alike (the same
+  // requests, the same backend kind), so all of them run the same collectives.
+  kernels::Backend& backend = *model_->backend();
+  const bool on_device =
+      backend.HasDeviceSampler() &&
+      std::all_of(logits_seq.begin(), logits_seq.end(),
+                  [&](int i) { return scheduled[i]->sampling.num_logprobs == 0; });
+  const float* device_logits = nullptr;
   const auto start = std::chrono::steady_clock::now();
-  RETURN_IF_ERROR(model_->Forward(batch, cache_.get(), &logits_));
+  RETURN_IF_ERROR(
+      model_->Forward(batch, cache_.get(), &logits_, on_device ? &device_logits : nullptr));
   response->set_forward_seconds(
       std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
 
   // Every rank holds the full logits; rank 0 samples and answers for the group.
   if (model_->layout().rank != 0) return absl::OkStatus();
   const size_t vocab = model_->config().vocab_size;
-  std::vector<size_t> rows(logits_seq.size());
-  std::iota(rows.begin(), rows.end(), size_t{0});
-  std::sort(rows.begin(), rows.end(), [&](size_t a, size_t b) { return logits_seq[a] < logits_seq[b]; });
-  for (const size_t row : rows) {
+  std::vector<SampledToken> drawn(logits_seq.size());
+  if (on_device) {
+    std::vector<kernels::DeviceSamplingRow> rows(logits_seq.size());
+    std::vector<int32_t> penalty_tokens;
+    std::vector<int32_t> penalty_counts;
+    for (size_t row = 0; row < logits_seq.size(); ++row) {
+      const SeqState& s = *scheduled[logits_seq[row]];
+      rows[row] = DeviceSamplingRowFor(s.sampling, s.tokens, s.prompt_len,
+                                       s.tokens.size() - s.prompt_len, &penalty_tokens,
+                                       &penalty_counts);
+    }
+    std::vector<int32_t> ids(rows.size());
+    std::vector<float> logprobs(rows.size());
+    std::string error;
+    if (!backend.SampleOnDevice(device_logits, static_cast<int>(vocab), rows.data(),
+                                static_cast<int>(rows.size()), penalty_tokens.data(),
+                                penalty_counts.data(), penalty_tokens.size(), ids.data(),
+                                logprobs.data(), &error)) {
+      return absl::InternalError(absl::StrCat("sampling on the ", std::string(backend.name()),
+                                              " device failed: ", error));
+    }
+    for (size_t row = 0; row < rows.size(); ++row) drawn[row] = {ids[row], logprobs[row], {}};
+  } else {
+    for (size_t row = 0; row < logits_seq.size(); ++row) {
+      const SeqState& s = *scheduled[logits_seq[row]];
+      const uint64_t step = s.tokens.size() - s.prompt_len;  // Index of the token drawn.
+      drawn[row] = SampleToken(absl::MakeConstSpan(logits_.data() + row * vocab, vocab),
+                               s.sampling, s.tokens, s.prompt_len, step);
+    }
+  }
+  std::vector<size_t> order_of_rows(logits_seq.size());
+  std::iota(order_of_rows.begin(), order_of_rows.end(), size_t{0});
+  std::sort(order_of_rows.begin(), order_of_rows.end(),
+            [&](size_t a, size_t b) { return logits_seq[a] < logits_seq[b]; });
+  for (const size_t row : order_of_rows) {
     const int i = logits_seq[row];
-    const SeqState& s = *scheduled[i];
-    const uint64_t step = s.tokens.size() - s.prompt_len;  // Index of the token drawn.
-    const SampledToken t = SampleToken(
-        absl::MakeConstSpan(logits_.data() + row * vocab, vocab), s.sampling, s.tokens,
-        s.prompt_len, step);
+    const SampledToken& t = drawn[row];
     v1::SampledTokenProto* out = response->add_sampled();
     out->set_seq_id(request.scheduled_seq_ids(i));
     out->set_token_id(t.id);

@@ -170,6 +170,81 @@ TEST_F(CudaSamplingTest, TemperatureScalesTheDistribution) {
   }
 }
 
+// min-p keeps tokens with p >= min_p * p_max. Probabilities 0.4, 0.3, 0.2, 0.1: min_p 0.4
+// keeps 0.4, 0.3 and 0.2 (>= 0.16), never 0.1, and token 0 comes up 0.4 / 0.9 of the time.
+TEST_F(CudaSamplingTest, MinPNeverDrawsBelowTheCut) {
+  const int rows = 3000;
+  const int vocab = 4;
+  const std::vector<float> row = {std::log(0.4f), std::log(0.3f), std::log(0.2f), std::log(0.1f)};
+  std::vector<float> logits;
+  for (int r = 0; r < rows; ++r) logits.insert(logits.end(), row.begin(), row.end());
+  std::vector<SamplingRowParams> params(rows);
+  for (int r = 0; r < rows; ++r) {
+    params[r].min_p = 0.4f;
+    params[r].seed = 104729u * r + 3;
+  }
+  const std::vector<int32_t> tokens = Sample(logits, vocab, params);
+  int zeros = 0;
+  for (int32_t t : tokens) {
+    ASSERT_NE(t, 3) << "a token below the min-p cut was drawn";
+    zeros += t == 0;
+  }
+  EXPECT_NEAR(static_cast<double>(zeros) / rows, 0.4 / 0.9, 0.04);
+}
+
+// SampleOnDevice: penalties on a copy (greedy rows pick what the penalised host logits
+// pick), logprobs of the raw logits, the caller's logits untouched.
+TEST_F(CudaSamplingTest, SampleOnDeviceAppliesPenaltiesAndReportsRawLogprobs) {
+  const int vocab = 1000;
+  const int rows = 3;
+  const std::vector<float> logits = RandomFloats(static_cast<size_t>(rows) * vocab, 77, -4.0f, 4.0f);
+  std::vector<DeviceSamplingRow> params(rows);
+  std::vector<int32_t> tokens, counts;
+  for (int r = 0; r < rows; ++r) {
+    params[r].temperature = 0.0f;
+    params[r].penalty_begin = static_cast<int32_t>(tokens.size());
+    // Each row's five best tokens, penalised hard enough to lose their place.
+    std::vector<int32_t> order(vocab);
+    for (int i = 0; i < vocab; ++i) order[i] = i;
+    const float* row = logits.data() + static_cast<size_t>(r) * vocab;
+    std::partial_sort(order.begin(), order.begin() + 5, order.end(),
+                      [&](int32_t a, int32_t b) { return row[a] > row[b]; });
+    for (int i = 0; i < 5; ++i) {
+      tokens.push_back(order[i]);
+      counts.push_back(r == 0 ? 0 : 2);
+    }
+    params[r].penalty_end = static_cast<int32_t>(tokens.size());
+  }
+  params[0].repetition_penalty = 50.0f;  // Prompt-only tokens: repetition alone.
+  params[1].presence_penalty = 2.0f;
+  params[1].frequency_penalty = 2.0f;
+  params[2].repetition_penalty = 1.0f;  // Listed, but no penalty set: unchanged choice.
+  std::vector<float> expected_logits = logits;
+  for (int r = 0; r < rows; ++r) {
+    for (int32_t e = params[r].penalty_begin; e < params[r].penalty_end; ++e) {
+      float& v = expected_logits[static_cast<size_t>(r) * vocab + tokens[e]];
+      if (params[r].repetition_penalty != 1.0f) {
+        v = v > 0 ? v / params[r].repetition_penalty : v * params[r].repetition_penalty;
+      }
+      if (counts[e] > 0) v -= params[r].presence_penalty + params[r].frequency_penalty * counts[e];
+    }
+  }
+  DeviceArray<float> d_logits(logits);
+  std::vector<int32_t> ids(rows);
+  std::vector<float> logprobs(rows);
+  std::string error;
+  ASSERT_TRUE(cuda_->SampleOnDevice(d_logits.get(), vocab, params.data(), rows, tokens.data(),
+                                    counts.data(), tokens.size(), ids.data(), logprobs.data(),
+                                    &error))
+      << error;
+  for (int r = 0; r < rows; ++r) {
+    const float* row = expected_logits.data() + static_cast<size_t>(r) * vocab;
+    EXPECT_EQ(ids[r], std::max_element(row, row + vocab) - row) << "row " << r;
+    EXPECT_NEAR(logprobs[r], HostLogProb(logits, vocab, r, ids[r]), 1e-4) << "row " << r;
+  }
+  EXPECT_EQ(d_logits.ToHost(), logits);
+}
+
 TEST_F(CudaSamplingTest, MismatchedParameterRowsAreRejected) {
   DeviceArray<float> logits(8);
   DeviceArray<int32_t> tokens(2);

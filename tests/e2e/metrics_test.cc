@@ -259,7 +259,7 @@ TEST(MetricsTest, ReadinessFollowsWorkerHealth) {
   ASSERT_NE(cluster_port, 0) << cluster->Logs();
   const int worker_metrics_port = PickFreePort();
   Child worker({(BinaryDir() / "tessera-worker").string(), "--coordinator", absl::StrCat("127.0.0.1:", cluster_port),
-                "--threads", "1", "--metrics-port", absl::StrCat(worker_metrics_port)},
+                "--threads", "1", "--metrics-port", absl::StrCat(worker_metrics_port), "--insecure"},
                ScratchDir("replacement") / "worker.log");
   EXPECT_TRUE(WaitFor([&] { return HttpGet(metrics_port, "/readyz").status == 200; }, std::chrono::seconds(120)))
       << cluster->Logs() << worker.Log();

@@ -154,6 +154,9 @@ TEST(ClusterTlsTest, CertifiedClusterServesRoguesAreRefusedEverywhere) {
     EXPECT_TRUE(absl::StrContains(log, "cannot register")) << name << ":\n" << log;
     EXPECT_FALSE(absl::StrContains(log, "registered with")) << name << ":\n" << log;
   }
+  // The rogues with certificates were told at startup why peers would refuse them.
+  EXPECT_TRUE(absl::StrContains(ReadAll(dir / "rogue-expired.log"), "certificate has expired"));
+  EXPECT_TRUE(absl::StrContains(ReadAll(dir / "rogue-stranger.log"), "unable to get local issuer"));
   EXPECT_EQ(RegisterPlaintext(cluster->cluster_port()).error_code(), grpc::StatusCode::UNAVAILABLE);
   auto info = cluster->ModelInfo();
   ASSERT_TRUE(info.ok()) << info.status();
@@ -251,7 +254,20 @@ TEST(ClusterTlsTest, PlaintextNeedsInsecureByName) {
                                                      " --coordinator 127.0.0.1:1 --cluster-ca /dev/null 2>&1"));
   EXPECT_NE(half.exit_code, 0);
   EXPECT_TRUE(absl::StrContains(half.output, "--cluster-cert is missing")) << half.output;
-  // --insecure starts, and says loudly what it means.
+  // A key that is not the certificate's is a startup error naming the flag.
+  const auto dir = ScratchDir("cluster_tls_flags");
+  const KeyAndCert ca = MakeCert("ca", nullptr, 1, /*is_ca=*/true);
+  const KeyAndCert a = MakeCert("a", &ca, 2, /*is_ca=*/false);
+  const KeyAndCert b = MakeCert("b", &ca, 3, /*is_ca=*/false);
+  WriteFile(dir / "ca.crt", ca.cert_pem);
+  WriteFile(dir / "a.crt", a.cert_pem);
+  WriteFile(dir / "b.key", b.key_pem);
+  const CommandResult mismatch = RunCommand(absl::StrCat(
+      (BinaryDir() / "tessera-worker").string(), " --coordinator 127.0.0.1:1 --cluster-ca ", (dir / "ca.crt").string(),
+      " --cluster-cert ", (dir / "a.crt").string(), " --cluster-key ", (dir / "b.key").string(), " 2>&1"));
+  EXPECT_NE(mismatch.exit_code, 0);
+  EXPECT_TRUE(absl::StrContains(mismatch.output, "--cluster-key")) << mismatch.output;
+    // --insecure starts, and says loudly what it means.
   const CommandResult insecure = RunCommand(absl::StrCat(
       "timeout 2 ", (BinaryDir() / "tessera-worker").string(), " --coordinator 127.0.0.1:1 --threads 1 --insecure 2>&1"));
   EXPECT_TRUE(absl::StrContains(insecure.output, "WARNING")) << insecure.output;

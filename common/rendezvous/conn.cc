@@ -97,7 +97,15 @@ Conn::Conn(UniqueFd fd) : fd_(std::move(fd)) {
 }
 
 Conn::~Conn() {
-  if (ssl_ != nullptr) SSL_free(ssl_);
+  if (ssl_ == nullptr) return;
+  // Best effort, never waiting: a close_notify lets the peer tell a clean close from a
+  // truncation.
+  if (SSL_is_init_finished(ssl_)) {
+    ERR_clear_error();
+    SSL_shutdown(ssl_);
+    ERR_clear_error();
+  }
+  SSL_free(ssl_);
 }
 
 void Conn::Shutdown() { ::shutdown(fd_.get(), SHUT_RDWR); }

@@ -124,8 +124,10 @@ TEST(ClusterTlsTest, CertifiedClusterServesRoguesAreRefusedEverywhere) {
   ASSERT_NE(store_port, 0);
   ClusterOptions options;
   options.cluster_security_flags = pki.Flags("member");
+  // Gloo here (its ranks exchange addresses through the store); the name-override test
+  // below takes the default, shm on one host.
   options.coordinator_flags = {"--join-secret-file", (dir / "join-secret").string(), "--store-port",
-                               absl::StrCat(store_port)};
+                               absl::StrCat(store_port), "--communicator=gloo"};
   options.worker_flags = {"--join-secret-file", (dir / "join-secret").string()};
   // tp 2: the ranks meet through the rendezvous store, so it runs under TLS and the secret.
   auto cluster = StartStories(2, 1, options);

@@ -19,10 +19,13 @@ inline constexpr int kConnectTimeoutMs = 20000;
 // retried after 100 ms, growing to at most 500 ms, instead of gRPC's default backoff (1 s,
 // growing past 2.5 s), so a caller that polls for readiness sees the server within a
 // fraction of a second of it listening; an attempt in progress gets kConnectTimeoutMs.
-// `credentials` null: plaintext.
+// `credentials` null: plaintext. `target_name`: the name the server's TLS certificate
+// must carry instead of the address's host (empty: the host).
 inline std::shared_ptr<grpc::Channel> ChannelToStartingServer(
-    const std::string& address, std::shared_ptr<grpc::ChannelCredentials> credentials = nullptr) {
+    const std::string& address, std::shared_ptr<grpc::ChannelCredentials> credentials = nullptr,
+    const std::string& target_name = "") {
   grpc::ChannelArguments args;
+  if (!target_name.empty()) args.SetSslTargetNameOverride(target_name);
   args.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, 100);
   args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, 500);
   args.SetInt(GRPC_ARG_MIN_RECONNECT_BACKOFF_MS, kConnectTimeoutMs);

@@ -12,6 +12,8 @@
 #include "common/auth/api_keys.h"
 #include "common/auth/secret.h"
 #include "common/flag_set.h"
+#include "common/tls/cluster_credentials.h"
+#include "common/tls/cluster_security.h"
 #include "coordinator/tls/grpc_server_tls.h"
 #include "common/generation_config.h"
 #include "common/logging.h"
@@ -79,6 +81,8 @@ int main(int argc, char** argv) {
   flags.Int("max-pending-workers", &max_pending_workers,
             "Registered workers waiting for a group at most; more get RESOURCE_EXHAUSTED (0: 4 x tp x replicas).");
   int64_t store_port = 0;
+  tessera::tls::ClusterSecurity cluster_security;
+  tessera::tls::AddClusterSecurityFlags(flags, &cluster_security);
   flags.Int("store-port", &store_port,
             "Port of the collectives' rendezvous store (on --cluster-host, tp > 1 only; 0: any free port).");
   flags.Int("tp", &tp, "Tensor-parallel ranks per replica.");
@@ -167,6 +171,8 @@ int main(int argc, char** argv) {
   if (auto s = tessera::ConfigureLogging(log_format, log_level); !s.ok()) return Fail(std::string(s.message()));
   if (model.empty()) return Fail("--model is required");
   if (auto s = tessera::tls::Validate(tls_files); !s.ok()) return Fail(std::string(s.message()));
+  if (auto s = tessera::tls::ValidateClusterSecurity(cluster_security); !s.ok()) return Fail(std::string(s.message()));
+  tessera::tls::LogClusterSecurity(cluster_security, "tessera-coordinator");
   if (!tls_files.enabled()) {
     std::fprintf(stderr,
                  "tessera-coordinator: warning: the public gRPC and HTTP APIs are plaintext; pass --tls-cert and "
@@ -273,6 +279,9 @@ int main(int argc, char** argv) {
     tessera::Log(tessera::LogLevel::kWarning, "tessera-coordinator",
                  "no --join-secret-file: any process that reaches the cluster port can join as a worker");
   }
+  co.store_security = tessera::tls::StoreSecurity(cluster_security, "");  // The manager adds the join secret.
+  co.group.worker_credentials = tessera::tls::ClusterChannelCredentials(cluster_security);
+  co.group.worker_server_name = cluster_security.insecure ? "" : cluster_security.server_name;
   co.group.model_dir = model;
   co.group.communicator = communicator;
   co.group.block_size = static_cast<int>(block_size);
@@ -347,15 +356,16 @@ int main(int argc, char** argv) {
 
   grpc::ServerBuilder cluster_builder;
   int bound_cluster_port = 0;
-  cluster_builder.AddListeningPort(absl::StrCat(cluster_host, ":", cluster_port), grpc::InsecureServerCredentials(),
-                                   &bound_cluster_port);
+  cluster_builder.AddListeningPort(absl::StrCat(cluster_host, ":", cluster_port),
+                                   tessera::tls::ClusterServerCredentials(cluster_security), &bound_cluster_port);
   cluster_builder.RegisterService(cluster->get());
   auto cluster_server = cluster_builder.BuildAndStart();
   if (cluster_server == nullptr || bound_cluster_port == 0) {
     return Fail(absl::StrCat("cannot listen on ", cluster_host, ":", cluster_port));
   }
-  std::fprintf(stderr, "tessera-coordinator: API on %s:%d%s, workers register on %s:%d (tp=%lld, replicas=%lld)\n",
+  std::fprintf(stderr, "tessera-coordinator: API on %s:%d%s, workers register on %s:%d%s (tp=%lld, replicas=%lld)\n",
                host.c_str(), bound_port, tls_files.enabled() ? " (TLS)" : " (plaintext)", cluster_host.c_str(), bound_cluster_port,
+               cluster_security.insecure ? " (plaintext, --insecure)" : " (mutual TLS)",
                static_cast<long long>(tp), static_cast<long long>(replicas));
 
   // The OpenAI-compatible HTTP API: the same engine, validation and limits as gRPC, its

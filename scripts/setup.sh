@@ -9,6 +9,7 @@ PACKAGES=(
   libabsl-dev prometheus-cpp-dev nlohmann-json3-dev libgloo-dev libpcre2-dev libutf8proc-dev
   libgtest-dev libgmock-dev libbenchmark-dev
   libboost-dev  # Boost.Beast/Asio (header-only): the coordinator's HTTP API
+  libssl-dev  # OpenSSL: TLS of the HTTP API and the rendezvous store, cluster certificates
   prometheus yamllint python3-grpcio python3-protobuf
   curl  # the HTTP API's end-to-end tests
   python3-pip

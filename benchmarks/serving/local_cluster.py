@@ -41,13 +41,14 @@ class LocalCluster:
     def __enter__(self):
         self.coordinator = subprocess.Popen(
             [str(self.bin_dir / "tessera-coordinator"), "--model", str(self.model), "--port", str(self.port),
-             "--cluster-port", str(self.cluster_port), "--metrics-port", str(self.metrics_port)]
+             "--cluster-port", str(self.cluster_port), "--metrics-port", str(self.metrics_port),
+             "--insecure"]
             + self.coordinator_flags,
             stdout=open(self.work / "coordinator.log", "w"), stderr=subprocess.STDOUT)
         time.sleep(0.5)  # Let the cluster port open before the worker's first registration.
         self.worker = subprocess.Popen(
             [str(self.bin_dir / "tessera-worker"), "--coordinator", f"127.0.0.1:{self.cluster_port}",
-             "--threads", "1", "--metrics-port", "0"],
+             "--threads", "1", "--metrics-port", "0", "--insecure"],
             stdout=open(self.work / "worker.log", "w"), stderr=subprocess.STDOUT)
         return self
 

@@ -1,9 +1,11 @@
 #include "common/rendezvous/kv_store_client.h"
 
+#include <algorithm>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "common/rendezvous/kv_store_handshake.h"
 #include "common/rendezvous/kv_store_protocol.h"
 
 namespace tessera {
@@ -11,20 +13,27 @@ namespace tessera {
 namespace ci = comm_internal;
 
 absl::StatusOr<std::unique_ptr<KvStoreClient>> KvStoreClient::Connect(
-    absl::string_view host, int port, absl::Duration connect_timeout, absl::Duration io_timeout) {
+    absl::string_view host, int port, absl::Duration connect_timeout, const KvStoreSecurity& security,
+    absl::Duration io_timeout) {
   absl::StatusOr<ci::UniqueFd> fd = ci::ConnectTcp(host, port, absl::Now() + connect_timeout);
   if (!fd.ok()) {
     return absl::Status(fd.status().code(),
                         absl::StrCat("KvStoreClient: ", fd.status().message(), " (gave up after ",
                                      absl::FormatDuration(connect_timeout), ")"));
   }
-  return std::unique_ptr<KvStoreClient>(
-      new KvStoreClient(std::move(*fd), absl::StrCat(host, ":", port), io_timeout));
+  auto conn = std::make_unique<ci::Conn>(std::move(*fd));
+  // The handshake gets its own bound: the store answers it at once, however long the
+  // caller was willing to wait for the store to come up.
+  if (absl::Status s = ci::ConnectHandshake(*conn, security, host, absl::Now() + std::min(io_timeout, absl::Seconds(10)));
+      !s.ok()) {
+    return absl::Status(s.code(), absl::StrCat("KvStoreClient: rendezvous store ", host, ":", port, ": ", s.message()));
+  }
+  return std::unique_ptr<KvStoreClient>(new KvStoreClient(std::move(conn), absl::StrCat(host, ":", port), io_timeout));
 }
 
 absl::Status KvStoreClient::Broken(absl::string_view op, absl::string_view key,
                                    const absl::Status& cause) {
-  fd_ = ci::UniqueFd();
+  conn_.reset();
   return absl::UnavailableError(
       absl::StrCat("KvStoreClient ", op, " '", key, "' on ", address_, ": ", cause.message()));
 }
@@ -36,7 +45,7 @@ absl::Status KvStoreClient::Set(absl::string_view key, absl::string_view value) 
                                                    " bytes over the store's limits"));
   }
   absl::MutexLock lock(&mu_);
-  if (!fd_.valid())
+  if (conn_ == nullptr)
     return absl::UnavailableError(
         absl::StrCat("KvStoreClient to ", address_, " is closed after an earlier error"));
   std::string req;
@@ -47,10 +56,10 @@ absl::Status KvStoreClient::Set(absl::string_view key, absl::string_view value) 
   req.append(value.data(), value.size());
   const absl::Time deadline = absl::Now() + io_timeout_;
   uint8_t code = 0;
-  if (absl::Status s = ci::WriteAll(fd_.get(), req.data(), req.size(), deadline); !s.ok()) {
+  if (absl::Status s = conn_->WriteAll(req.data(), req.size(), deadline); !s.ok()) {
     return Broken("Set", key, s);
   }
-  if (absl::Status s = ci::ReadU8(fd_.get(), &code, deadline); !s.ok()) {
+  if (absl::Status s = ci::ReadU8(*conn_, &code, deadline); !s.ok()) {
     return Broken("Set", key, s);
   }
   if (code != ci::kKvOk) {
@@ -66,7 +75,7 @@ absl::StatusOr<std::string> KvStoreClient::Get(absl::string_view key) {
         absl::StrCat("KvStoreClient Get: key of ", key.size(), " bytes over the limit"));
   }
   absl::MutexLock lock(&mu_);
-  if (!fd_.valid())
+  if (conn_ == nullptr)
     return absl::UnavailableError(
         absl::StrCat("KvStoreClient to ", address_, " is closed after an earlier error"));
   std::string req;
@@ -75,10 +84,10 @@ absl::StatusOr<std::string> KvStoreClient::Get(absl::string_view key) {
   req.append(key.data(), key.size());
   const absl::Time deadline = absl::Now() + io_timeout_;
   uint8_t code = 0;
-  if (absl::Status s = ci::WriteAll(fd_.get(), req.data(), req.size(), deadline); !s.ok()) {
+  if (absl::Status s = conn_->WriteAll(req.data(), req.size(), deadline); !s.ok()) {
     return Broken("Get", key, s);
   }
-  if (absl::Status s = ci::ReadU8(fd_.get(), &code, deadline); !s.ok()) {
+  if (absl::Status s = ci::ReadU8(*conn_, &code, deadline); !s.ok()) {
     return Broken("Get", key, s);
   }
   if (code == ci::kKvNotFound) {
@@ -90,7 +99,7 @@ absl::StatusOr<std::string> KvStoreClient::Get(absl::string_view key) {
         absl::StrCat("KvStoreClient Get '", key, "' on ", address_, ": server code ", code));
   }
   std::string value;
-  if (absl::Status s = ci::ReadBytes64(fd_.get(), &value, ci::kKvMaxValueBytes, deadline);
+  if (absl::Status s = ci::ReadBytes64(*conn_, &value, ci::kKvMaxValueBytes, deadline);
       !s.ok()) {
     return Broken("Get", key, s);
   }
@@ -117,15 +126,15 @@ absl::Status KvStoreClient::Wait(const std::vector<std::string>& keys, absl::Dur
   const int64_t timeout_ms = std::max<int64_t>(0, absl::ToInt64Milliseconds(timeout));
   ci::AppendU64(req, static_cast<uint64_t>(timeout_ms));
   absl::MutexLock lock(&mu_);
-  if (!fd_.valid())
+  if (conn_ == nullptr)
     return absl::UnavailableError(
         absl::StrCat("KvStoreClient to ", address_, " is closed after an earlier error"));
   const absl::Time deadline = absl::Now() + timeout + io_timeout_;
   uint8_t code = 0;
-  if (absl::Status s = ci::WriteAll(fd_.get(), req.data(), req.size(), deadline); !s.ok()) {
+  if (absl::Status s = conn_->WriteAll(req.data(), req.size(), deadline); !s.ok()) {
     return Broken("Wait", joined, s);
   }
-  if (absl::Status s = ci::ReadU8(fd_.get(), &code, deadline); !s.ok()) {
+  if (absl::Status s = ci::ReadU8(*conn_, &code, deadline); !s.ok()) {
     return Broken("Wait", joined, s);
   }
   switch (code) {

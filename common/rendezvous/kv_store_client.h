@@ -11,7 +11,8 @@
 #include "absl/strings/string_view.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
-#include "common/rendezvous/socket_util.h"
+#include "common/rendezvous/conn.h"
+#include "common/rendezvous/kv_store_security.h"
 
 namespace tessera {
 
@@ -19,9 +20,10 @@ namespace tessera {
 // Every call is bounded by `io_timeout` on top of any wait it asks the server for.
 class KvStoreClient {
  public:
-  // Retries a refused connection until `connect_timeout` passes.
+  // Retries a refused connection until `connect_timeout` passes, then authenticates as
+  // `security` says (see KvStoreServer); a refusal fails at once, naming why.
   static absl::StatusOr<std::unique_ptr<KvStoreClient>> Connect(
-      absl::string_view host, int port, absl::Duration connect_timeout,
+      absl::string_view host, int port, absl::Duration connect_timeout, const KvStoreSecurity& security = {},
       absl::Duration io_timeout = absl::Seconds(30));
 
   absl::Status Set(absl::string_view key, absl::string_view value);
@@ -33,15 +35,15 @@ class KvStoreClient {
   const std::string& address() const { return address_; }
 
  private:
-  KvStoreClient(comm_internal::UniqueFd fd, std::string address, absl::Duration io_timeout)
-      : fd_(std::move(fd)), address_(std::move(address)), io_timeout_(io_timeout) {}
+  KvStoreClient(std::unique_ptr<comm_internal::Conn> conn, std::string address, absl::Duration io_timeout)
+      : conn_(std::move(conn)), address_(std::move(address)), io_timeout_(io_timeout) {}
   // Marks the connection broken after an I/O error: a half-read reply would
   // desynchronize the stream, so later calls fail instead of misreading.
   absl::Status Broken(absl::string_view op, absl::string_view key, const absl::Status& cause)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   absl::Mutex mu_;
-  comm_internal::UniqueFd fd_ ABSL_GUARDED_BY(mu_);
+  std::unique_ptr<comm_internal::Conn> conn_ ABSL_GUARDED_BY(mu_);  // Null once broken.
   const std::string address_;
   const absl::Duration io_timeout_;
 };

@@ -9,10 +9,13 @@
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "common/logging.h"
+#include "common/rendezvous/kv_store_handshake.h"
 #include "common/rendezvous/kv_store_protocol.h"
 
 namespace tessera {
 
+using comm_internal::Conn;
 using comm_internal::UniqueFd;
 
 namespace {
@@ -22,26 +25,31 @@ namespace {
 constexpr absl::Duration kFrameTimeout = absl::Seconds(30);
 // Caps a client-requested wait so a bogus timeout cannot pin a thread for days.
 constexpr absl::Duration kMaxWait = absl::Hours(1);
+// A peer must finish TLS and the join secret this fast; at most this many may be at it at
+// once (a real cluster opens a handful per group formation), and at most kMaxConnections
+// may be open at all.
+constexpr absl::Duration kHandshakeTimeout = absl::Seconds(10);
+constexpr int kMaxHandshaking = 64;
+constexpr size_t kMaxConnections = 1024;
 
-absl::Status SendCode(int fd, uint8_t code, absl::Time deadline) {
-  return comm_internal::WriteAll(fd, &code, 1, deadline);
-}
+absl::Status SendCode(Conn& conn, uint8_t code, absl::Time deadline) { return conn.WriteAll(&code, 1, deadline); }
 
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<KvStoreServer>> KvStoreServer::Start(absl::string_view host,
-                                                                    int port) {
+                                                                    int port,
+                                                                    KvStoreSecurity security) {
   int bound_port = 0;
   absl::StatusOr<UniqueFd> fd = comm_internal::ListenTcp(host, port, &bound_port);
   if (!fd.ok()) {
     return absl::Status(fd.status().code(), absl::StrCat("KvStoreServer: ", fd.status().message()));
   }
   return std::unique_ptr<KvStoreServer>(
-      new KvStoreServer(std::move(*fd), std::string(host), bound_port));
+      new KvStoreServer(std::move(*fd), std::string(host), bound_port, std::move(security)));
 }
 
-KvStoreServer::KvStoreServer(UniqueFd listen_fd, std::string host, int port)
-    : listen_fd_(std::move(listen_fd)), host_(std::move(host)), port_(port) {
+KvStoreServer::KvStoreServer(UniqueFd listen_fd, std::string host, int port, KvStoreSecurity security)
+    : listen_fd_(std::move(listen_fd)), host_(std::move(host)), port_(port), security_(std::move(security)) {
   accept_thread_ = std::thread([this] { AcceptLoop(); });
 }
 
@@ -59,7 +67,7 @@ KvStoreServer::~KvStoreServer() {
     absl::MutexLock lock(&conn_mu_);
     connections.swap(connections_);
   }
-  for (auto& conn : connections) ::shutdown(conn->fd.get(), SHUT_RDWR);
+  for (auto& conn : connections) conn->conn->Shutdown();
   for (auto& conn : connections) conn->thread.join();
 }
 
@@ -96,10 +104,16 @@ void KvStoreServer::AcceptLoop() {
       }
       return;
     }
+    auto conn = std::make_unique<Connection>();
+    conn->conn = std::make_unique<Conn>(UniqueFd(fd));
     absl::MutexLock lock(&conn_mu_);
     ReapFinishedLocked();
-    auto conn = std::make_unique<Connection>();
-    conn->fd = UniqueFd(fd);
+    if (handshaking_ >= kMaxHandshaking || connections_.size() >= kMaxConnections) {
+      Log(LogLevel::kWarning, "rendezvous-store", "refused a connection: too many open or unauthenticated",
+          {{"peer", conn->conn->peer()}, {"port", std::to_string(port_)}});
+      continue;  // Closed by the destructor.
+    }
+    ++handshaking_;
     Connection* raw = conn.get();
     conn->thread = std::thread([this, raw] { Serve(raw); });
     connections_.push_back(std::move(conn));
@@ -118,23 +132,42 @@ void KvStoreServer::ReapFinishedLocked() {
 }
 
 void KvStoreServer::Serve(Connection* conn) {
-  while (HandleRequest(conn->fd.get())) {
+  const absl::Status auth = comm_internal::AcceptHandshake(*conn->conn, security_, absl::Now() + kHandshakeTimeout);
+  {
+    absl::MutexLock lock(&conn_mu_);
+    --handshaking_;
   }
+  if (!auth.ok()) {
+    bool stopping = false;
+    {
+      absl::MutexLock lock(&mu_);
+      stopping = stopping_;
+    }
+    if (!stopping) {
+      Log(LogLevel::kWarning, "rendezvous-store", "refused a connection",
+          {{"peer", conn->conn->peer()}, {"port", std::to_string(port_)}, {"error", std::string(auth.message())}});
+    }
+  } else {
+    while (HandleRequest(*conn->conn)) {
+    }
+  }
+  // The peer sees the close now, not when the accept loop next reaps this thread.
+  conn->conn->Shutdown();
   absl::MutexLock lock(&conn_mu_);
   conn->done = true;
 }
 
-bool KvStoreServer::HandleRequest(int fd) {
+bool KvStoreServer::HandleRequest(Conn& conn) {
   uint8_t op = 0;
-  if (!comm_internal::ReadU8(fd, &op, absl::InfiniteFuture()).ok()) return false;
+  if (!comm_internal::ReadU8(conn, &op, absl::InfiniteFuture()).ok()) return false;
   const absl::Time frame_deadline = absl::Now() + kFrameTimeout;
   std::string key;
   switch (op) {
     case comm_internal::kKvSet: {
       std::string value;
-      if (!comm_internal::ReadBytes32(fd, &key, comm_internal::kKvMaxKeyBytes, frame_deadline)
+      if (!comm_internal::ReadBytes32(conn, &key, comm_internal::kKvMaxKeyBytes, frame_deadline)
                .ok() ||
-          !comm_internal::ReadBytes64(fd, &value, comm_internal::kKvMaxValueBytes, frame_deadline)
+          !comm_internal::ReadBytes64(conn, &value, comm_internal::kKvMaxValueBytes, frame_deadline)
                .ok()) {
         return false;
       }
@@ -143,10 +176,10 @@ bool KvStoreServer::HandleRequest(int fd) {
         data_.insert_or_assign(std::move(key), std::move(value));
         changed_.SignalAll();
       }
-      return SendCode(fd, comm_internal::kKvOk, frame_deadline).ok();
+      return SendCode(conn, comm_internal::kKvOk, frame_deadline).ok();
     }
     case comm_internal::kKvGet: {
-      if (!comm_internal::ReadBytes32(fd, &key, comm_internal::kKvMaxKeyBytes, frame_deadline)
+      if (!comm_internal::ReadBytes32(conn, &key, comm_internal::kKvMaxKeyBytes, frame_deadline)
                .ok()) {
         return false;
       }
@@ -162,23 +195,23 @@ bool KvStoreServer::HandleRequest(int fd) {
           reply += it->second;
         }
       }
-      return comm_internal::WriteAll(fd, reply.data(), reply.size(), frame_deadline).ok();
+      return conn.WriteAll(reply.data(), reply.size(), frame_deadline).ok();
     }
     case comm_internal::kKvWait: {
       uint32_t n = 0;
-      if (!comm_internal::ReadU32(fd, &n, frame_deadline).ok() ||
+      if (!comm_internal::ReadU32(conn, &n, frame_deadline).ok() ||
           n > comm_internal::kKvMaxKeysPerWait) {
         return false;
       }
       std::vector<std::string> keys(n);
       for (auto& k : keys) {
-        if (!comm_internal::ReadBytes32(fd, &k, comm_internal::kKvMaxKeyBytes, frame_deadline)
+        if (!comm_internal::ReadBytes32(conn, &k, comm_internal::kKvMaxKeyBytes, frame_deadline)
                  .ok()) {
           return false;
         }
       }
       uint64_t timeout_ms = 0;
-      if (!comm_internal::ReadU64(fd, &timeout_ms, frame_deadline).ok()) return false;
+      if (!comm_internal::ReadU64(conn, &timeout_ms, frame_deadline).ok()) return false;
       const absl::Duration timeout =
           std::min(absl::Milliseconds(static_cast<int64_t>(
                        std::min<uint64_t>(timeout_ms, absl::ToInt64Milliseconds(kMaxWait)))),
@@ -201,11 +234,11 @@ bool KvStoreServer::HandleRequest(int fd) {
         }
         if (code == comm_internal::kKvOk && !all_present()) code = comm_internal::kKvShuttingDown;
       }
-      return SendCode(fd, code, absl::Now() + kFrameTimeout).ok();
+      return SendCode(conn, code, absl::Now() + kFrameTimeout).ok();
     }
     default:
-      std::fprintf(stderr, "KvStoreServer on port %d: unknown op %u, closing connection\n", port_,
-                   static_cast<unsigned>(op));
+      Log(LogLevel::kWarning, "rendezvous-store", "unknown op; closing the connection",
+          {{"peer", conn.peer()}, {"op", std::to_string(op)}});
       return false;
   }
 }

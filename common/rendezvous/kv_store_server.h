@@ -11,6 +11,8 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "absl/synchronization/mutex.h"
+#include "common/rendezvous/conn.h"
+#include "common/rendezvous/kv_store_security.h"
 #include "common/rendezvous/socket_util.h"
 
 namespace tessera {
@@ -20,10 +22,16 @@ namespace tessera {
 // coordinator's RPC stack). One thread per connection; a group of N ranks holds N
 // connections only while it forms. Keys live until erased, so every group formation
 // must use a fresh key prefix (see GlooCommunicatorOptions::prefix).
+//
+// Every connection first passes the handshake of kv_store_handshake.h (mutual TLS when
+// `security` has certificates, and the join secret); one that fails is closed before it
+// can read or write a key, and logged with its address. Handshakes are bounded in time
+// and in number, so idle or flooding peers cannot pin threads.
 class KvStoreServer {
  public:
   // Binds host:port (port 0 = an ephemeral port, see port()) and starts serving.
-  static absl::StatusOr<std::unique_ptr<KvStoreServer>> Start(absl::string_view host, int port);
+  static absl::StatusOr<std::unique_ptr<KvStoreServer>> Start(absl::string_view host, int port,
+                                                              KvStoreSecurity security = {});
 
   ~KvStoreServer();  // Stops: closes every connection and wakes every waiter.
   KvStoreServer(const KvStoreServer&) = delete;
@@ -38,21 +46,22 @@ class KvStoreServer {
 
  private:
   struct Connection {
-    comm_internal::UniqueFd fd;
+    std::unique_ptr<comm_internal::Conn> conn;
     std::thread thread;
     bool done = false;
   };
 
-  KvStoreServer(comm_internal::UniqueFd listen_fd, std::string host, int port);
+  KvStoreServer(comm_internal::UniqueFd listen_fd, std::string host, int port, KvStoreSecurity security);
   void AcceptLoop();
   void Serve(Connection* conn);
   // Handles one request; false when the connection must close.
-  bool HandleRequest(int fd);
+  bool HandleRequest(comm_internal::Conn& conn);
   void ReapFinishedLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(conn_mu_);
 
   comm_internal::UniqueFd listen_fd_;
   const std::string host_;
   const int port_;
+  const KvStoreSecurity security_;
   std::thread accept_thread_;
 
   mutable absl::Mutex mu_;
@@ -62,6 +71,7 @@ class KvStoreServer {
 
   absl::Mutex conn_mu_;
   std::vector<std::unique_ptr<Connection>> connections_ ABSL_GUARDED_BY(conn_mu_);
+  int handshaking_ ABSL_GUARDED_BY(conn_mu_) = 0;  // Connections not yet authenticated.
 };
 
 }  // namespace tessera

@@ -27,21 +27,6 @@ int PollTimeoutMs(absl::Time deadline) {
   return ms > 1'000'000'000 ? 1'000'000'000 : static_cast<int>(ms);
 }
 
-// Waits until fd is ready for `events`; DeadlineExceeded when the deadline passes first.
-absl::Status WaitReady(int fd, short events, absl::Time deadline, const char* what) {
-  while (true) {
-    pollfd pfd{fd, events, 0};
-    const int rc = ::poll(&pfd, 1, PollTimeoutMs(deadline));
-    if (rc > 0) return absl::OkStatus();
-    if (rc == 0) {
-      return absl::DeadlineExceededError(absl::StrCat("socket ", what, " timed out (fd ", fd, ")"));
-    }
-    if (errno != EINTR) {
-      return absl::UnavailableError(absl::StrCat("poll for ", what, ": ", std::strerror(errno)));
-    }
-  }
-}
-
 struct AddrInfoDeleter {
   void operator()(addrinfo* ai) const { ::freeaddrinfo(ai); }
 };
@@ -65,6 +50,20 @@ absl::StatusOr<std::unique_ptr<addrinfo, AddrInfoDeleter>> Resolve(absl::string_
 }
 
 }  // namespace
+
+absl::Status WaitReady(int fd, short events, absl::Time deadline, const char* what) {
+  while (true) {
+    pollfd pfd{fd, events, 0};
+    const int rc = ::poll(&pfd, 1, PollTimeoutMs(deadline));
+    if (rc > 0) return absl::OkStatus();
+    if (rc == 0) {
+      return absl::DeadlineExceededError(absl::StrCat("socket ", what, " timed out (fd ", fd, ")"));
+    }
+    if (errno != EINTR) {
+      return absl::UnavailableError(absl::StrCat("poll for ", what, ": ", std::strerror(errno)));
+    }
+  }
+}
 
 UniqueFd& UniqueFd::operator=(UniqueFd&& other) noexcept {
   if (this != &other) {
@@ -133,41 +132,6 @@ absl::StatusOr<UniqueFd> ConnectTcp(absl::string_view host, int port, absl::Time
       absl::StrCat("cannot connect to ", host, ":", port, ": ", last_error));
 }
 
-absl::Status WriteAll(int fd, const void* data, size_t len, absl::Time deadline) {
-  const char* p = static_cast<const char*>(data);
-  while (len > 0) {
-    if (absl::Status s = WaitReady(fd, POLLOUT, deadline, "write"); !s.ok()) return s;
-    const ssize_t n = ::send(fd, p, len, MSG_NOSIGNAL);
-    if (n < 0) {
-      if (errno == EINTR || errno == EAGAIN) continue;
-      return absl::UnavailableError(absl::StrCat("socket write: ", std::strerror(errno)));
-    }
-    p += n;
-    len -= static_cast<size_t>(n);
-  }
-  return absl::OkStatus();
-}
-
-absl::Status ReadAll(int fd, void* data, size_t len, absl::Time deadline) {
-  char* p = static_cast<char*>(data);
-  size_t done = 0;
-  while (done < len) {
-    if (absl::Status s = WaitReady(fd, POLLIN, deadline, "read"); !s.ok()) return s;
-    const ssize_t n = ::recv(fd, p + done, len - done, 0);
-    if (n < 0) {
-      if (errno == EINTR || errno == EAGAIN) continue;
-      return absl::UnavailableError(absl::StrCat("socket read: ", std::strerror(errno)));
-    }
-    if (n == 0) {
-      if (done == 0) return absl::OutOfRangeError("connection closed by peer");
-      return absl::UnavailableError(
-          absl::StrCat("connection closed mid-message after ", done, " of ", len, " bytes"));
-    }
-    done += static_cast<size_t>(n);
-  }
-  return absl::OkStatus();
-}
-
 void AppendU8(std::string& out, uint8_t v) { out.push_back(static_cast<char>(v)); }
 
 void AppendU32(std::string& out, uint32_t v) {
@@ -188,44 +152,6 @@ uint64_t DecodeU64(const unsigned char* p) {
   uint64_t v = 0;
   for (int i = 7; i >= 0; --i) v = (v << 8) | p[i];
   return v;
-}
-
-absl::Status ReadU8(int fd, uint8_t* v, absl::Time deadline) { return ReadAll(fd, v, 1, deadline); }
-
-absl::Status ReadU32(int fd, uint32_t* v, absl::Time deadline) {
-  unsigned char buf[4];
-  if (absl::Status s = ReadAll(fd, buf, sizeof(buf), deadline); !s.ok()) return s;
-  *v = DecodeU32(buf);
-  return absl::OkStatus();
-}
-
-absl::Status ReadU64(int fd, uint64_t* v, absl::Time deadline) {
-  unsigned char buf[8];
-  if (absl::Status s = ReadAll(fd, buf, sizeof(buf), deadline); !s.ok()) return s;
-  *v = DecodeU64(buf);
-  return absl::OkStatus();
-}
-
-absl::Status ReadBytes32(int fd, std::string* s, uint32_t max_len, absl::Time deadline) {
-  uint32_t len = 0;
-  if (absl::Status st = ReadU32(fd, &len, deadline); !st.ok()) return st;
-  if (len > max_len) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("string of ", len, " bytes exceeds the limit of ", max_len));
-  }
-  s->resize(len);
-  return ReadAll(fd, s->data(), len, deadline);
-}
-
-absl::Status ReadBytes64(int fd, std::string* s, uint64_t max_len, absl::Time deadline) {
-  uint64_t len = 0;
-  if (absl::Status st = ReadU64(fd, &len, deadline); !st.ok()) return st;
-  if (len > max_len) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("value of ", len, " bytes exceeds the limit of ", max_len));
-  }
-  s->resize(len);
-  return ReadAll(fd, s->data(), len, deadline);
 }
 
 }  // namespace tessera::comm_internal

@@ -44,10 +44,9 @@ absl::StatusOr<UniqueFd> ListenTcp(absl::string_view host, int port, int* bound_
 // not be up yet when ranks start).
 absl::StatusOr<UniqueFd> ConnectTcp(absl::string_view host, int port, absl::Time deadline);
 
-absl::Status WriteAll(int fd, const void* data, size_t len, absl::Time deadline);
-// Reads exactly `len` bytes. A clean EOF before the first byte is reported as
-// absl::OutOfRange so servers can tell a closed connection from a broken frame.
-absl::Status ReadAll(int fd, void* data, size_t len, absl::Time deadline);
+// Waits until fd is ready for `events` (poll flags); DeadlineExceeded when the deadline
+// passes first.
+absl::Status WaitReady(int fd, short events, absl::Time deadline, const char* what);
 
 // Little-endian framing for the wire format.
 void AppendU8(std::string& out, uint8_t v);
@@ -55,13 +54,6 @@ void AppendU32(std::string& out, uint32_t v);
 void AppendU64(std::string& out, uint64_t v);
 uint32_t DecodeU32(const unsigned char* p);
 uint64_t DecodeU64(const unsigned char* p);
-
-absl::Status ReadU8(int fd, uint8_t* v, absl::Time deadline);
-absl::Status ReadU32(int fd, uint32_t* v, absl::Time deadline);
-absl::Status ReadU64(int fd, uint64_t* v, absl::Time deadline);
-// Reads a length-prefixed byte string whose length must not exceed max_len.
-absl::Status ReadBytes32(int fd, std::string* s, uint32_t max_len, absl::Time deadline);
-absl::Status ReadBytes64(int fd, std::string* s, uint64_t max_len, absl::Time deadline);
 
 }  // namespace tessera::comm_internal
 

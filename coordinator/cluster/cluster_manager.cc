@@ -29,7 +29,9 @@ absl::StatusOr<std::unique_ptr<ClusterManager>> ClusterManager::Create(ClusterOp
                                                                        Engine* engine) {
   auto m = std::unique_ptr<ClusterManager>(new ClusterManager(std::move(options), engine));
   if (m->options_.tp > 1) {
-    auto store = KvStoreServer::Start(m->options_.store_host, m->options_.store_port);
+    KvStoreSecurity store_security = m->options_.store_security;
+    store_security.join_secret = m->options_.join_secret;
+    auto store = KvStoreServer::Start(m->options_.store_host, m->options_.store_port, std::move(store_security));
     if (!store.ok()) return store.status();
     m->store_ = std::move(*store);
     m->options_.group.rendezvous_address = absl::StrCat(m->options_.store_host, ":", m->store_->port());

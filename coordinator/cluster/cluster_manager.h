@@ -33,6 +33,9 @@ struct ClusterOptions {
   // Workers must send this in kJoinSecretMetadataKey metadata (register and heartbeat);
   // empty: any worker that reaches the cluster port may join.
   std::string join_secret;
+  // How the rendezvous store authenticates its clients (TLS files; the join secret is
+  // added from join_secret).
+  KvStoreSecurity store_security;
   // Registered workers not yet in a group at most; more registrations get
   // RESOURCE_EXHAUSTED, so a flood of them cannot grow memory. 0: 4 x tp x replicas.
   int max_pending_workers = 0;

@@ -46,8 +46,11 @@ WorkerGroup::WorkerGroup(int replica, std::vector<std::string> addresses, GroupO
   // Fail fast on a dead worker instead of waiting for reconnection.
   args.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, 100);
   args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, 1000);
+  if (!options_.worker_server_name.empty()) args.SetSslTargetNameOverride(options_.worker_server_name);
+  const auto credentials = options_.worker_credentials != nullptr ? options_.worker_credentials
+                                                                  : grpc::InsecureChannelCredentials();
   for (const std::string& a : addresses_) {
-    channels_.push_back(grpc::CreateCustomChannel(a, grpc::InsecureChannelCredentials(), args));
+    channels_.push_back(grpc::CreateCustomChannel(a, credentials, args));
     stubs_.push_back(v1::Worker::NewStub(channels_.back()));
   }
 }

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "grpcpp/security/credentials.h"
 #include "tessera/v1/worker.grpc.pb.h"
 
 namespace tessera {
@@ -35,6 +36,11 @@ struct GroupOptions {
   std::string communicator = "auto";
   std::chrono::milliseconds collective_timeout{10000};
   std::chrono::milliseconds step_timeout{120000};
+  // Of the channels to the workers (mutual TLS, see common/tls); null: plaintext.
+  std::shared_ptr<grpc::ChannelCredentials> worker_credentials;
+  // The name workers' certificates must carry instead of their advertised host; empty:
+  // the host.
+  std::string worker_server_name;
 };
 
 // The ranks of one replica as the coordinator sees them: stubs to each worker, group

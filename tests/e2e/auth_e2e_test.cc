@@ -129,7 +129,7 @@ TEST(ApiKeysTest, BadKeysFileIsAStartupErrorNamingTheLine) {
   const auto keys = dir / "api-keys";
   std::ofstream(keys) << "# ok\nmy-plain-key\n";
   const std::string command = absl::StrCat(TESSERA_BINARY_DIR, "/bin/tessera-coordinator --model ",
-                                           StoriesModelDir().string(), " --port 0 --cluster-port 0 --metrics-port 0",
+                                           StoriesModelDir().string(), " --port 0 --cluster-port 0 --metrics-port 0 --insecure",
                                            " --api-keys-file ", keys.string(), " > ", (dir / "out").string(),
                                            " 2>&1");
   TESSERA_REQUIRE_STORIES_MODEL();
@@ -147,7 +147,7 @@ int RunRogueWorker(const Cluster& cluster, const std::filesystem::path& dir, con
   const auto log = dir / (name + ".log");
   const std::string command =
       absl::StrCat("timeout 60 ", BinaryDir().string(), "/tessera-worker --coordinator 127.0.0.1:",
-                   cluster.cluster_port(), " --threads 1 ", secret_flag, " > ", log.string(), " 2>&1");
+                   cluster.cluster_port(), " --insecure --threads 1 ", secret_flag, " > ", log.string(), " 2>&1");
   return std::system(command.c_str());
 }
 

@@ -180,7 +180,7 @@ TEST(MembershipTest, ReplicaAndRankHintsDecidePlacement) {
   // A hint outside the cluster is refused with a message naming it; the worker exits.
   const CommandResult out = RunCommand(absl::StrCat(
       (BinaryDir() / "tessera-worker").string(), " --coordinator 127.0.0.1:", cluster->cluster_port(),
-      " --replica-hint 7 --rank-hint 0 2>&1"));
+      " --insecure --replica-hint 7 --rank-hint 0 2>&1"));
   EXPECT_EQ(out.exit_code, 1);
   EXPECT_NE(out.output.find("replica_hint = 7"), std::string::npos) << out.output;
 }

@@ -25,6 +25,7 @@
 #include "nlohmann/json.hpp"
 #include "tests/e2e/http_get.h"
 #include "tests/e2e/serving_util.h"
+#include "tests/support/child_process.h"
 
 namespace tessera::testing {
 namespace {
@@ -42,50 +43,6 @@ std::string UrlEncode(const std::string& s) {
   }
   return out;
 }
-
-// A child process that is SIGKILLed (and reaped) when this object goes away, and also
-// when the test process dies (PR_SET_PDEATHSIG).
-class Child {
- public:
-  Child(const std::vector<std::string>& args, const std::filesystem::path& log) {
-    std::vector<char*> argv;
-    for (const auto& a : args) argv.push_back(const_cast<char*>(a.c_str()));
-    argv.push_back(nullptr);
-    const int fd = ::open(log.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-    const pid_t parent = ::getpid();
-    pid_ = ::fork();
-    if (pid_ == 0) {
-      ::prctl(PR_SET_PDEATHSIG, SIGKILL);
-      if (::getppid() != parent) ::_exit(126);
-      if (fd >= 0) {
-        ::dup2(fd, STDOUT_FILENO);
-        ::dup2(fd, STDERR_FILENO);
-      }
-      ::execv(argv[0], argv.data());
-      ::_exit(127);
-    }
-    if (fd >= 0) ::close(fd);
-    log_ = log;
-  }
-  ~Child() {
-    if (pid_ > 0) {
-      ::kill(pid_, SIGKILL);
-      ::waitpid(pid_, nullptr, 0);
-    }
-  }
-  Child(const Child&) = delete;
-  Child& operator=(const Child&) = delete;
-
-  bool running() const { return pid_ > 0 && ::waitpid(pid_, nullptr, WNOHANG) == 0; }
-  std::string Log() const {
-    std::ifstream in(log_);
-    return std::string((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-  }
-
- private:
-  pid_t pid_ = -1;
-  std::filesystem::path log_;
-};
 
 // Polls `pred` every 100 ms until it holds or `limit` passes.
 template <typename Pred>
@@ -259,7 +216,7 @@ TEST(MetricsTest, ReadinessFollowsWorkerHealth) {
   ASSERT_NE(cluster_port, 0) << cluster->Logs();
   const int worker_metrics_port = PickFreePort();
   Child worker({(BinaryDir() / "tessera-worker").string(), "--coordinator", absl::StrCat("127.0.0.1:", cluster_port),
-                "--threads", "1", "--metrics-port", absl::StrCat(worker_metrics_port)},
+                "--threads", "1", "--metrics-port", absl::StrCat(worker_metrics_port), "--insecure"},
                ScratchDir("replacement") / "worker.log");
   EXPECT_TRUE(WaitFor([&] { return HttpGet(metrics_port, "/readyz").status == 200; }, std::chrono::seconds(120)))
       << cluster->Logs() << worker.Log();

@@ -36,7 +36,7 @@ TEST(StorePortTest, TakenStorePortIsAClearStartupError) {
   const std::filesystem::path log = ScratchDir("coordinator") / "coordinator.log";
   const std::string command = absl::StrCat(
       (BinaryDir() / "tessera-coordinator").string(), " --model ", StoriesModelDir().string(),
-      " --tp 2 --port 0 --cluster-port 0 --metrics-port 0 --store-port ", store_port, " > ", log.string(), " 2>&1");
+      " --tp 2 --port 0 --cluster-port 0 --metrics-port 0 --insecure --store-port ", store_port, " > ", log.string(), " 2>&1");
   const int status = std::system(command.c_str());
   ::close(held);
   EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) != 0) << "the coordinator started on a taken port";

@@ -68,6 +68,11 @@ VALUE_SETS = {
         "imagePullSecrets": [{"name": "registry"}],
     },
     "tls_secret": {"tls": {"secretName": "tessera-tls"}},
+    "cluster_plaintext": {"cluster": {"tls": {"enabled": False}}},
+    "cluster_tls_cert_manager": {
+        "cluster": {"tls": {"serverName": "tessera.cluster.internal",
+                            "certManager": {"enabled": True, "issuerRef": {"name": "tessera-cluster-ca"}}}},
+    },
     "tls_cert_manager_mtls": {
         "tls": {"clientCA": True,
                 "certManager": {"enabled": True, "issuerRef": {"name": "internal-ca", "kind": "ClusterIssuer"},
@@ -236,9 +241,12 @@ class ChartShapeTest(unittest.TestCase):
                 self.assertIn(f"--port={v['coordinator']['port']}", c["args"])
 
                 w = component_template(objs, "worker")["spec"]["containers"][0]
-                self.assertIn("grpc", w["readinessProbe"])
-                self.assertEqual(probe_port(w, "readinessProbe"), v["worker"]["port"])
-                self.assertEqual(probe_port(w, "startupProbe"), v["worker"]["port"])
+                # HTTP on the metrics port: the worker port wants a cluster client
+                # certificate, which the kubelet's gRPC probe cannot present.
+                self.assertEqual(w["readinessProbe"]["httpGet"]["path"], "/readyz")
+                self.assertEqual(probe_port(w, "readinessProbe"), v["worker"]["metricsPort"])
+                self.assertEqual(w["startupProbe"]["httpGet"]["path"], "/healthz")
+                self.assertEqual(probe_port(w, "startupProbe"), v["worker"]["metricsPort"])
                 self.assertEqual(w["livenessProbe"]["httpGet"]["path"], "/healthz")
                 self.assertEqual(probe_port(w, "livenessProbe"), v["worker"]["metricsPort"])
                 self.assertIn(f"--listen=0.0.0.0:{v['worker']['port']}", w["args"][0])
@@ -490,6 +498,60 @@ class ChartShapeTest(unittest.TestCase):
         # Off by default: no flags, no volumes.
         default = component_template(objects({}), "coordinator")["spec"]["containers"][0]
         self.assertFalse([a for a in default["args"] if "api-keys" in a or "join-secret" in a])
+
+
+class ChartClusterTlsTest(unittest.TestCase):
+    """Mutual TLS between coordinator and workers (cluster.tls), on by default."""
+    MOUNT = "/etc/tessera/cluster-tls"
+
+    def pods(self, values):
+        objs = objects(values)
+        return objs, component_template(objs, "coordinator")["spec"], component_template(objs, "worker")["spec"]
+
+    def test_on_by_default_with_the_secret_mounted_in_every_pod(self):
+        objs, coordinator, worker = self.pods({})
+        c_args = coordinator["containers"][0]["args"]
+        w_args = worker["containers"][0]["args"][0]
+        for flag in (f"--cluster-ca={self.MOUNT}/ca.crt", f"--cluster-cert={self.MOUNT}/tls.crt",
+                     f"--cluster-key={self.MOUNT}/tls.key", f"--cluster-server-name={RELEASE}-tessera-cluster"):
+            self.assertIn(flag, c_args)
+            self.assertIn(flag, w_args)
+        self.assertNotIn("--insecure", c_args)
+        self.assertNotIn("--insecure", w_args)
+        for pod in (coordinator, worker):
+            volume = {v["name"]: v for v in pod["volumes"]}["cluster-tls"]
+            self.assertEqual(volume["secret"]["secretName"], f"{RELEASE}-tessera-cluster-tls")
+            mount = {m["name"]: m for m in pod["containers"][0]["volumeMounts"]}["cluster-tls"]
+            self.assertEqual(mount["mountPath"], self.MOUNT)
+            self.assertNotIn("subPath", mount)  # The kubelet updates a folder mount: renewals arrive.
+        self.assertEqual(by_kind(objs, "Certificate"), [])
+
+    def test_insecure_only_when_explicitly_disabled(self):
+        _, coordinator, worker = self.pods(VALUE_SETS["cluster_plaintext"])
+        self.assertIn("--insecure", coordinator["containers"][0]["args"])
+        self.assertIn("--insecure", worker["containers"][0]["args"][0])
+        self.assertNotIn("--cluster-ca", worker["containers"][0]["args"][0])
+        for pod in (coordinator, worker):
+            self.assertNotIn("cluster-tls", [v["name"] for v in pod["volumes"]])
+
+    def test_cert_manager_certificate_carries_the_server_name(self):
+        objs, coordinator, worker = self.pods(VALUE_SETS["cluster_tls_cert_manager"])
+        certs = by_kind(objs, "Certificate")
+        self.assertEqual(len(certs), 1)
+        spec = certs[0]["spec"]
+        self.assertEqual(spec["secretName"], f"{RELEASE}-tessera-cluster-tls")
+        self.assertEqual(spec["dnsNames"], ["tessera.cluster.internal"])
+        self.assertIn("client auth", spec["usages"])
+        self.assertIn("server auth", spec["usages"])
+        self.assertEqual(spec["issuerRef"]["name"], "tessera-cluster-ca")
+        self.assertIn("--cluster-server-name=tessera.cluster.internal", worker["containers"][0]["args"][0])
+        with self.assertRaises(helm_python.HelmRenderError):
+            objects({"cluster": {"tls": {"certManager": {"enabled": True}}}})
+
+    def test_own_secret_name(self):
+        _, coordinator, _ = self.pods({"cluster": {"tls": {"secretName": "my-cluster-certs"}}})
+        volume = {v["name"]: v for v in coordinator["volumes"]}["cluster-tls"]
+        self.assertEqual(volume["secret"]["secretName"], "my-cluster-certs")
 
 
 class ChartTlsTest(unittest.TestCase):

@@ -100,6 +100,9 @@ struct ClusterOptions {
   std::vector<std::string> coordinator_flags;  // Extra flags, e.g. "--policy=priority".
   std::vector<std::string> worker_env;          // Extra "NAME=value" for the workers.
   std::vector<std::string> worker_flags;        // Extra flags for every worker, e.g. "--device=cuda".
+  // Cluster-traffic security flags of the coordinator and of every worker: plaintext by
+  // default (tests that are not about it); cluster_tls_test passes --cluster-ca etc.
+  std::vector<std::string> cluster_security_flags = {"--insecure"};
   // Of the cluster's own channel (health, model info, api()); null: plaintext. Set with
   // --tls-cert in coordinator_flags.
   std::shared_ptr<grpc::ChannelCredentials> channel_credentials;
@@ -325,6 +328,8 @@ class Cluster {
     if (options_.max_num_seqs > 0) {
       coordinator.insert(coordinator.end(), {"--max-num-seqs", absl::StrCat(options_.max_num_seqs)});
     }
+    coordinator.insert(coordinator.end(), options_.cluster_security_flags.begin(),
+                       options_.cluster_security_flags.end());
     coordinator.insert(coordinator.end(), options_.coordinator_flags.begin(), options_.coordinator_flags.end());
     if (absl::Status s = Spawn("coordinator", coordinator, {}); !s.ok()) return s;
     // Connect only once the coordinator listens: a gRPC channel whose first attempts are
@@ -355,6 +360,7 @@ class Cluster {
         if (worker_port == 0) return absl::InternalError("cannot find a free TCP port on 127.0.0.1");
         worker.insert(worker.end(), {"--listen", absl::StrCat("127.0.0.1:", worker_port)});
       }
+      worker.insert(worker.end(), options_.cluster_security_flags.begin(), options_.cluster_security_flags.end());
       worker.insert(worker.end(), options_.worker_flags.begin(), options_.worker_flags.end());
       absl::Status s = Spawn(absl::StrCat("worker", w), worker, options_.worker_env);
       if (!s.ok()) return s;

@@ -17,6 +17,8 @@
 #include "absl/strings/escaping.h"
 #include "absl/strings/str_cat.h"
 #include "common/flag_set.h"
+#include "common/tls/cluster_security.h"
+#include "common/tls/throwaway_pki.h"
 #include "tools/tessera/commands.h"
 
 namespace tessera::cli {
@@ -67,6 +69,20 @@ absl::StatusOr<std::filesystem::path> WriteJoinSecret() {
   return std::filesystem::path(path);
 }
 
+// How long the throwaway cluster certificates stay valid: short, since they are thrown
+// away when serve stops, yet longer than any sensible run of a local launcher (new
+// connections after expiry would fail).
+constexpr int64_t kThrowawayCertValiditySeconds = 30 * 24 * 3600;
+
+// The cluster-TLS flags of one process: its own certificate and key, the shared CA.
+std::vector<std::string> ClusterFlags(const tls::ClusterSecurity& s, const std::string& cert, const std::string& key) {
+  if (s.insecure) return {"--insecure"};
+  std::vector<std::string> out = {absl::StrCat("--cluster-ca=", s.ca_file), absl::StrCat("--cluster-cert=", cert),
+                                  absl::StrCat("--cluster-key=", key)};
+  if (!s.server_name.empty()) out.push_back(absl::StrCat("--cluster-server-name=", s.server_name));
+  return out;
+}
+
 }  // namespace
 
 int ServeMain(int argc, char** argv) {
@@ -115,6 +131,17 @@ int ServeMain(int argc, char** argv) {
                "the API is open.");
   flags.String("device", &device, "Worker backend: cpu, cuda (worker i uses cuda:i), or auto.");
   flags.String("communicator", &communicator, "Collectives: auto (shm on one host), gloo or shm.");
+  tls::ClusterSecurity cluster;
+  flags.Bool("insecure", &cluster.insecure,
+             "Plaintext cluster traffic between the coordinator and the workers. By default serve makes a throwaway "
+             "CA and certificates (in a private temporary folder, removed on exit) and runs it with mutual TLS.");
+  flags.String("cluster-ca", &cluster.ca_file,
+               "Use this cluster CA instead of a throwaway one (with --cluster-cert and --cluster-key, shared by the "
+               "coordinator and every worker).");
+  flags.String("cluster-cert", &cluster.cert_file, "PEM certificate for the coordinator and the workers (see --cluster-ca).");
+  flags.String("cluster-key", &cluster.key_file, "PEM private key of --cluster-cert.");
+  flags.String("cluster-server-name", &cluster.server_name,
+               "Name the cluster certificates carry, checked instead of 127.0.0.1 (with --cluster-cert).");
   if (auto s = flags.Parse(argc, argv); !s.ok()) {
     std::fprintf(stderr, "tessera serve: %s\n", std::string(s.message()).c_str());
     return 1;
@@ -131,6 +158,12 @@ int ServeMain(int argc, char** argv) {
     std::fprintf(stderr, "tessera serve: --tp and --replicas must be positive\n");
     return 1;
   }
+  if (cluster.insecure || cluster.tls()) {
+    if (auto s = tls::ValidateClusterSecurity(cluster); !s.ok()) {
+      std::fprintf(stderr, "tessera serve: %s\n", std::string(s.message()).c_str());
+      return 1;
+    }
+  }
   if (cluster_port == 0) cluster_port = port + 1;
   const int workers = static_cast<int>(tp * replicas);
   if (threads == 0) threads = std::max<int64_t>(1, std::thread::hardware_concurrency() / workers);
@@ -140,6 +173,25 @@ int ServeMain(int argc, char** argv) {
   if (!join_secret.ok()) {
     std::fprintf(stderr, "tessera serve: join secret: %s\n", std::string(join_secret.status().message()).c_str());
     return 1;
+  }
+  // Mutual TLS by default, under a CA that lives only as long as this run.
+  std::string coordinator_cert = cluster.cert_file, coordinator_key = cluster.key_file;
+  std::string worker_cert = cluster.cert_file, worker_key = cluster.key_file;
+  std::filesystem::path pki_dir;
+  if (!cluster.insecure && !cluster.tls()) {
+    auto pki = tls::MakeThrowawayPki(std::filesystem::temp_directory_path(), {host}, kThrowawayCertValiditySeconds);
+    if (!pki.ok()) {
+      std::fprintf(stderr, "tessera serve: cluster certificates: %s\n", std::string(pki.status().message()).c_str());
+      std::filesystem::remove(*join_secret);
+      return 1;
+    }
+    pki_dir = pki->dir;
+    cluster.ca_file = pki->ca_cert.string();
+    coordinator_cert = pki->coordinator_cert.string();
+    coordinator_key = pki->coordinator_key.string();
+    worker_cert = pki->worker_cert.string();
+    worker_key = pki->worker_key.string();
+    std::fprintf(stderr, "tessera serve: cluster traffic uses mutual TLS (throwaway CA in %s)\n", pki_dir.c_str());
   }
   std::signal(SIGINT, OnSignal);
   std::signal(SIGTERM, OnSignal);
@@ -170,14 +222,19 @@ int ServeMain(int argc, char** argv) {
                                     {"--tls-client-ca", &tls_client_ca}}) {
     if (!value->empty()) coordinator_args.push_back(absl::StrCat(flag, "=", *value));
   }
+  for (std::string& flag : ClusterFlags(cluster, coordinator_cert, coordinator_key)) {
+    coordinator_args.push_back(std::move(flag));
+  }
   children.push_back(Spawn(coordinator_args));
   for (int w = 0; w < workers; ++w) {
-    children.push_back(Spawn({(dir / "tessera-worker").string(), "--coordinator",
-                              absl::StrCat("127.0.0.1:", cluster_port), "--join-secret-file",
-                              join_secret->string(), "--threads", absl::StrCat(threads),
-                              "--device", device == "cuda" ? absl::StrCat("cuda:", w) : device,
-                              "--rank-hint", absl::StrCat(w % tp), "--metrics-port",
-                              absl::StrCat(metrics_port > 0 ? metrics_port + 1 + w : 0)}));
+    std::vector<std::string> worker_args = {(dir / "tessera-worker").string(), "--coordinator",
+                                            absl::StrCat("127.0.0.1:", cluster_port), "--join-secret-file",
+                                            join_secret->string(), "--threads", absl::StrCat(threads),
+                                            "--device", device == "cuda" ? absl::StrCat("cuda:", w) : device,
+                                            "--rank-hint", absl::StrCat(w % tp), "--metrics-port",
+                                            absl::StrCat(metrics_port > 0 ? metrics_port + 1 + w : 0)};
+    for (std::string& flag : ClusterFlags(cluster, worker_cert, worker_key)) worker_args.push_back(std::move(flag));
+    children.push_back(Spawn(worker_args));
   }
   // Run until a signal, or until the coordinator exits.
   int status = 0;
@@ -207,6 +264,7 @@ int ServeMain(int argc, char** argv) {
   }
   std::error_code ignored;
   std::filesystem::remove(*join_secret, ignored);
+  if (!pki_dir.empty()) std::filesystem::remove_all(pki_dir, ignored);
   std::fprintf(stderr, "tessera serve: stopped\n");
   return 0;
 }

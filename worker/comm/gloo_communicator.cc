@@ -66,7 +66,7 @@ absl::StatusOr<std::unique_ptr<GlooCommunicator>> GlooCommunicator::Create(
     return absl::InvalidArgumentError(absl::StrCat(where, ": timeout must be positive"));
   }
   absl::StatusOr<std::unique_ptr<KvStoreClient>> client = KvStoreClient::Connect(
-      options.store_host, options.store_port, absl::FromChrono(options.timeout));
+      options.store_host, options.store_port, absl::FromChrono(options.timeout), options.store_security);
   if (!client.ok()) {
     return absl::Status(client.status().code(),
                         absl::StrCat(where, ": ", client.status().message()));

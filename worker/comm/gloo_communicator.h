@@ -9,6 +9,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "common/rendezvous/kv_store_security.h"
 #include "worker/communicator.h"
 
 namespace gloo {
@@ -21,6 +22,8 @@ struct GlooCommunicatorOptions {
   // The KvStoreServer the coordinator hosts for rendezvous.
   std::string store_host = "127.0.0.1";
   int store_port = 0;
+  // How to authenticate to the store (mutual TLS, join secret); must match the store's.
+  KvStoreSecurity store_security;
   // Namespace of this group's keys in the store. Must be unique per group formation
   // (e.g. "replica3/gen7"): keys from an earlier formation would point at dead sockets.
   std::string prefix;

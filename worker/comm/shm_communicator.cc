@@ -91,7 +91,7 @@ absl::StatusOr<std::unique_ptr<ShmCommunicator>> ShmCommunicator::Create(
   }
   const absl::Duration timeout = absl::FromChrono(o.timeout);
   absl::StatusOr<std::unique_ptr<KvStoreClient>> store =
-      KvStoreClient::Connect(o.store_host, o.store_port, timeout);
+      KvStoreClient::Connect(o.store_host, o.store_port, timeout, o.store_security);
   if (!store.ok())
     return absl::Status(store.status().code(), absl::StrCat(where, ": ", store.status().message()));
   const size_t bytes = kHeaderBytes + o.slot_bytes * static_cast<size_t>(o.world_size);

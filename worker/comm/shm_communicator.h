@@ -12,6 +12,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
+#include "common/rendezvous/kv_store_security.h"
 #include "worker/communicator.h"
 
 namespace tessera {
@@ -20,6 +21,8 @@ struct ShmCommunicatorOptions {
   // The KvStoreServer used to agree on the segment name (as for GlooCommunicator).
   std::string store_host = "127.0.0.1";
   int store_port = 0;
+  // How to authenticate to the store (mutual TLS, join secret); must match the store's.
+  KvStoreSecurity store_security;
   std::string prefix;  // Unique per group formation.
   int rank = 0;
   int world_size = 1;

@@ -24,7 +24,8 @@ std::chrono::system_clock::time_point In(std::chrono::milliseconds d) {
 CoordinatorSession::CoordinatorSession(CoordinatorSessionOptions options, WorkerServiceImpl* service)
     : options_(std::move(options)),
       service_(service),
-      stub_(v1::Cluster::NewStub(ChannelToStartingServer(options_.coordinator))) {}
+      stub_(v1::Cluster::NewStub(
+          ChannelToStartingServer(options_.coordinator, options_.credentials, options_.server_name))) {}
 
 void CoordinatorSession::SleepFor(std::chrono::milliseconds d, const std::atomic<bool>& stop,
                                   const std::function<void()>& tick) {

@@ -8,6 +8,7 @@
 #include <string>
 
 #include "absl/status/status.h"
+#include "grpcpp/security/credentials.h"
 #include "tessera/v1/worker.grpc.pb.h"
 #include "worker/service/worker_service.h"
 
@@ -17,6 +18,9 @@ struct CoordinatorSessionOptions {
   std::string coordinator;                // host:port of the coordinator's cluster port.
   v1::RegisterWorkerRequest registration;  // Address, hints, device.
   std::string join_secret;                 // Sent with every call; empty: none.
+  // Of the channel to the coordinator (mutual TLS); null: plaintext.
+  std::shared_ptr<grpc::ChannelCredentials> credentials;
+  std::string server_name;  // The name the coordinator's certificate must carry; empty: its host.
   std::chrono::milliseconds max_backoff{2000};
 };
 

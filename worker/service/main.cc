@@ -11,6 +11,8 @@
 #include "absl/strings/str_cat.h"
 #include "common/auth/secret.h"
 #include "common/flag_set.h"
+#include "common/tls/cluster_credentials.h"
+#include "common/tls/cluster_security.h"
 #include "common/grpc_channel.h"
 #include "common/logging.h"
 #include "common/metrics/http_server.h"
@@ -69,6 +71,8 @@ int main(int argc, char** argv) {
   flags.String("join-secret-file", &join_secret_file,
                "File holding the cluster's join secret (the coordinator's --join-secret-file), sent when "
                "registering. Empty: none (a coordinator that requires one refuses this worker).");
+  tessera::tls::ClusterSecurity cluster_security;
+  tessera::tls::AddClusterSecurityFlags(flags, &cluster_security);
   flags.String("listen", &listen, "Address to serve the Worker service on (port 0: any free port).");
   flags.String("advertise-host", &advertise_host, "Host name or IP peers and the coordinator use to reach this worker.");
   flags.String("device", &device, "Backend: cpu, cuda (device 0), cuda:N, or auto (cuda when a device is usable, else cpu).");
@@ -94,6 +98,8 @@ int main(int argc, char** argv) {
   }
   if (auto s = tessera::ConfigureLogging(log_format, log_level); !s.ok()) return Fail(std::string(s.message()));
   if (coordinator.empty()) return Fail("--coordinator is required");
+  if (auto s = tessera::tls::ValidateClusterSecurity(cluster_security); !s.ok()) return Fail(std::string(s.message()));
+  tessera::tls::LogClusterSecurity(cluster_security, "tessera-worker");
 
   auto made_backend = tessera::MakeBackend(device, static_cast<int>(threads));
   if (!made_backend.ok()) return Fail(std::string(made_backend.status().message()));
@@ -131,18 +137,21 @@ int main(int argc, char** argv) {
                    std::string(server.status().message()).c_str());
     }
   }
-  tessera::WorkerServiceImpl service(backend.get(), {advertise_host, metrics.get()});
+  tessera::WorkerServiceImpl service(
+      backend.get(), {advertise_host, metrics.get(), tessera::tls::StoreSecurity(cluster_security, join_secret)});
   grpc::EnableDefaultHealthCheckService(true);
   grpc::ServerBuilder builder;
   int port = 0;
-  builder.AddListeningPort(listen, grpc::InsecureServerCredentials(), &port);
+  // Only the coordinator calls this port (with its cluster certificate under mutual TLS).
+  builder.AddListeningPort(listen, tessera::tls::ClusterServerCredentials(cluster_security), &port);
   builder.SetMaxReceiveMessageSize(256 << 20);
   builder.SetMaxSendMessageSize(256 << 20);
   builder.RegisterService(&service);
   std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
   if (server == nullptr || port == 0) return Fail(absl::StrCat("cannot listen on ", listen));
   const std::string address = absl::StrCat(advertise_host, ":", port);
-  std::fprintf(stderr, "tessera-worker: serving on %s\n", address.c_str());
+  std::fprintf(stderr, "tessera-worker: serving on %s%s\n", address.c_str(),
+               cluster_security.insecure ? " (plaintext, --insecure)" : " (mutual TLS)");
 
   std::signal(SIGTERM, OnSignal);
   std::signal(SIGINT, OnSignal);
@@ -152,6 +161,8 @@ int main(int argc, char** argv) {
   tessera::CoordinatorSessionOptions so;
   so.coordinator = coordinator;
   so.join_secret = join_secret;
+  so.credentials = tessera::tls::ClusterChannelCredentials(cluster_security);
+  so.server_name = cluster_security.insecure ? "" : cluster_security.server_name;
   tessera::v1::RegisterWorkerRequest& request = so.registration;
   request.set_address(address);
   request.set_rank_hint(static_cast<int32_t>(rank_hint));

@@ -42,13 +42,13 @@ absl::StatusOr<Rendezvous> RendezvousOf(const v1::ConfigureRequest& r) {
 // Rank 0 creates the NCCL unique id and publishes it in the coordinator's key-value store
 // under the group's rendezvous prefix; the other ranks wait for it there. An id the
 // coordinator put in the request wins.
-absl::StatusOr<std::string> NcclUniqueId(const v1::ConfigureRequest& r,
-                                         std::chrono::milliseconds timeout) {
+absl::StatusOr<std::string> NcclUniqueId(const v1::ConfigureRequest& r, std::chrono::milliseconds timeout,
+                                         const KvStoreSecurity& security) {
   if (!r.nccl_unique_id().empty()) return r.nccl_unique_id();
   ASSIGN_OR_RETURN(const Rendezvous rv, RendezvousOf(r));
   const absl::Duration wait = absl::FromChrono(timeout);
   ASSIGN_OR_RETURN(std::unique_ptr<KvStoreClient> store,
-                   KvStoreClient::Connect(rv.store_host, rv.store_port, wait));
+                   KvStoreClient::Connect(rv.store_host, rv.store_port, wait, security));
   const std::string key = absl::StrCat(r.rendezvous_prefix(), "/nccl_unique_id");
   if (r.rank() == 0) {
     ASSIGN_OR_RETURN(std::string id, GenerateNcclUniqueId());
@@ -61,11 +61,12 @@ absl::StatusOr<std::string> NcclUniqueId(const v1::ConfigureRequest& r,
 #endif
 
 absl::StatusOr<std::unique_ptr<Communicator>> MakeNcclCommunicator(const v1::ConfigureRequest& r,
-                                                                   const CudaPlacement& cuda) {
+                                                                   const CudaPlacement& cuda,
+                                                                   const KvStoreSecurity& security) {
 #if defined(TESSERA_HAVE_NCCL)
   const std::chrono::milliseconds timeout(
       r.collective_timeout_ms() > 0 ? r.collective_timeout_ms() : 30000);
-  absl::StatusOr<std::string> id = NcclUniqueId(r, timeout);
+  absl::StatusOr<std::string> id = NcclUniqueId(r, timeout, security);
   if (!id.ok()) {
     return absl::Status(id.status().code(),
                         absl::StrCat("NCCL unique id rendezvous (rank ", r.rank(), ", store ",
@@ -84,6 +85,7 @@ absl::StatusOr<std::unique_ptr<Communicator>> MakeNcclCommunicator(const v1::Con
   ASSIGN_OR_RETURN(std::unique_ptr<NcclCommunicator> comm, NcclCommunicator::Create(o));
   return std::unique_ptr<Communicator>(std::move(comm));
 #else
+  (void)security;
   return absl::UnimplementedError(
       "communicator \"nccl\" is not available in this build (NCCL was not found at configure "
       "time)");
@@ -92,7 +94,8 @@ absl::StatusOr<std::unique_ptr<Communicator>> MakeNcclCommunicator(const v1::Con
 
 absl::StatusOr<std::unique_ptr<Communicator>> MakeCommunicator(const v1::ConfigureRequest& r,
                                                                 const std::string& host,
-                                                                const kernels::Backend& backend) {
+                                                                const kernels::Backend& backend,
+                                                                const KvStoreSecurity& security) {
   if (r.world_size() <= 1) return std::unique_ptr<Communicator>(new SingleRankCommunicator());
   // Gloo and shm read and write host memory; NCCL device memory.
   const std::optional<CudaPlacement> cuda = CudaPlacementOf(backend);
@@ -102,7 +105,7 @@ absl::StatusOr<std::unique_ptr<Communicator>> MakeCommunicator(const v1::Configu
           absl::StrCat("communicator \"nccl\" needs a CUDA worker; this one computes on the ",
                        std::string(backend.name()), " backend"));
     }
-    return MakeNcclCommunicator(r, *cuda);
+    return MakeNcclCommunicator(r, *cuda, security);
   }
   if (cuda.has_value()) {
     return absl::InvalidArgumentError(
@@ -114,6 +117,7 @@ absl::StatusOr<std::unique_ptr<Communicator>> MakeCommunicator(const v1::Configu
     GlooCommunicatorOptions o;
     o.store_host = rv.store_host;
     o.store_port = rv.store_port;
+    o.store_security = security;
     o.prefix = r.rendezvous_prefix();
     o.rank = static_cast<int>(r.rank());
     o.world_size = static_cast<int>(r.world_size());
@@ -127,6 +131,7 @@ absl::StatusOr<std::unique_ptr<Communicator>> MakeCommunicator(const v1::Configu
     ShmCommunicatorOptions o;
     o.store_host = rv.store_host;
     o.store_port = rv.store_port;
+    o.store_security = security;
     o.prefix = r.rendezvous_prefix();
     o.rank = static_cast<int>(r.rank());
     o.world_size = static_cast<int>(r.world_size());
@@ -157,7 +162,7 @@ grpc::Status WorkerServiceImpl::Configure(grpc::ServerContext*, const v1::Config
     abortable_ = nullptr;
   }
   comm_.reset();
-  auto comm = MakeCommunicator(*request, options_.advertise_host, *backend_);
+  auto comm = MakeCommunicator(*request, options_.advertise_host, *backend_, options_.store_security);
   if (!comm.ok()) return ToGrpcStatus(comm.status());
   comm_ = std::move(*comm);
   timed_comm_ = nullptr;

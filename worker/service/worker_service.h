@@ -7,6 +7,7 @@
 
 #include "absl/base/thread_annotations.h"
 #include "absl/synchronization/mutex.h"
+#include "common/rendezvous/kv_store_security.h"
 #include "kernels/backend.h"
 #include "tessera/v1/worker.grpc.pb.h"
 #include "worker/communicator.h"
@@ -20,6 +21,8 @@ namespace tessera {
 struct WorkerServiceOptions {
   std::string advertise_host = "127.0.0.1";  // Where peers reach this worker's collectives.
   WorkerMetrics* metrics = nullptr;  // Not owned; null: no metrics, no collective timing.
+  // How ranks authenticate to the coordinator's rendezvous store (Gloo, shm, NCCL id).
+  KvStoreSecurity store_security;
 };
 
 // The Worker gRPC service: joins a group, loads its shard, sizes and allocates its KV

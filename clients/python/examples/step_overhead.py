@@ -72,7 +72,7 @@ def measure(args, tp, log_dir):
     port, cluster_port, cmetrics = free_port(), free_port(), free_port()
     procs = [subprocess.Popen([os.path.join(args.bin, "tessera-coordinator"), "--model", args.model, "--port",
                                str(port), "--cluster-port", str(cluster_port), "--tp", str(tp),
-                               "--kv-memory-mb", "16", "--metrics-port", str(cmetrics)],
+                               "--kv-memory-mb", "16", "--metrics-port", str(cmetrics), "--insecure"],
                               stdout=open(os.path.join(log_dir, f"tp{tp}-coordinator.log"), "wb"),
                               stderr=subprocess.STDOUT)]
     try:
@@ -82,7 +82,7 @@ def measure(args, tp, log_dir):
             worker_ports.append(free_port())
             procs.append(subprocess.Popen(
                 [os.path.join(args.bin, "tessera-worker"), "--coordinator", f"127.0.0.1:{cluster_port}",
-                 "--threads", "1", "--rank-hint", str(w), "--metrics-port", str(worker_ports[-1])],
+                 "--threads", "1", "--rank-hint", str(w), "--metrics-port", str(worker_ports[-1]), "--insecure"],
                 stdout=open(os.path.join(log_dir, f"tp{tp}-worker{w}.log"), "wb"), stderr=subprocess.STDOUT))
         wait_listening(port)
         client = tessera_client.TesseraClient(f"127.0.0.1:{port}", stubs_dir=args.stubs)

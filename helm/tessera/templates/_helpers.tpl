@@ -31,6 +31,32 @@
 
 {{- define "tessera.tlsMountPath" -}}/etc/tessera/tls{{- end }}
 
+{{/* The cluster-TLS Secret (ca.crt, tls.crt, tls.key); empty when cluster.tls is off. */}}
+{{- define "tessera.clusterTlsSecretName" -}}
+{{- if .Values.cluster.tls.enabled }}
+{{- default (printf "%s-cluster-tls" (include "tessera.fullname" .) | trunc 63 | trimSuffix "-") .Values.cluster.tls.secretName }}
+{{- end }}
+{{- end }}
+
+{{- define "tessera.clusterServerName" -}}
+{{- default (include "tessera.clusterServiceName" .) .Values.cluster.tls.serverName }}
+{{- end }}
+
+{{- define "tessera.clusterTlsMountPath" -}}/etc/tessera/cluster-tls{{- end }}
+
+{{/* The cluster-security flags of the coordinator and of every worker, one per line. */}}
+{{- define "tessera.clusterSecurityArgs" -}}
+{{- if .Values.cluster.tls.enabled }}
+{{- $dir := include "tessera.clusterTlsMountPath" . }}
+--cluster-ca={{ $dir }}/ca.crt
+--cluster-cert={{ $dir }}/tls.crt
+--cluster-key={{ $dir }}/tls.key
+--cluster-server-name={{ include "tessera.clusterServerName" . }}
+{{- else }}
+--insecure
+{{- end }}
+{{- end }}
+
 {{- define "tessera.clusterServiceName" -}}
 {{- printf "%s-cluster" (include "tessera.fullname" .) | trunc 63 | trimSuffix "-" }}
 {{- end }}

@@ -51,6 +51,9 @@ spec:
           {{- with $root.Values.auth.joinSecret }}
           --join-secret-file=/etc/tessera/join-secret/{{ $root.Values.auth.joinSecretKey }}
           {{- end }}
+          {{- range (splitList "\n" (include "tessera.clusterSecurityArgs" $root | trim)) }}
+          {{ . }}
+          {{- end }}
           {{- if eq $mode "leaderworkerset" }}
           --replica-hint="${GROUP_INDEX}"
           --rank-hint="${LWS_WORKER_INDEX}"
@@ -88,18 +91,20 @@ spec:
         - name: metrics
           containerPort: {{ $w.metricsPort }}
           protocol: TCP
+      # HTTP on the metrics port, not gRPC health on the worker port: that port requires a
+      # cluster client certificate (mutual TLS), which the kubelet does not have.
       startupProbe:
-        grpc:
-          port: {{ $w.port }}
+        httpGet:
+          path: /healthz
+          port: metrics
         periodSeconds: {{ $w.probes.startup.periodSeconds }}
         failureThreshold: {{ $w.probes.startup.failureThreshold }}
       readinessProbe:
         # Ready only in a formed group (a worker waiting for its group, or re-registering
-        # after its coordinator or a peer was lost, is not); the overall status (startup)
-        # stays SERVING while the process runs.
-        grpc:
-          port: {{ $w.port }}
-          service: tessera.v1.Worker
+        # after its coordinator or a peer was lost, is not).
+        httpGet:
+          path: /readyz
+          port: metrics
         periodSeconds: {{ $w.probes.readiness.periodSeconds }}
         failureThreshold: {{ $w.probes.readiness.failureThreshold }}
       livenessProbe:
@@ -128,6 +133,11 @@ spec:
           mountPath: /etc/tessera/join-secret
           readOnly: true
         {{- end }}
+        {{- if include "tessera.clusterTlsSecretName" $root }}
+        - name: cluster-tls
+          mountPath: {{ include "tessera.clusterTlsMountPath" $root }}
+          readOnly: true
+        {{- end }}
   volumes:
     {{- include "tessera.modelVolume" $root | nindent 4 }}
     # Shared-memory collectives between ranks on one node (and NCCL) need a /dev/shm far
@@ -140,6 +150,12 @@ spec:
       emptyDir: {}
     {{- with $root.Values.auth.joinSecret }}
     - name: join-secret
+      secret:
+        secretName: {{ . }}
+        defaultMode: 0440  # Group-readable: the pod runs as a non-root user in fsGroup.
+    {{- end }}
+    {{- with (include "tessera.clusterTlsSecretName" $root) }}
+    - name: cluster-tls
       secret:
         secretName: {{ . }}
         defaultMode: 0440  # Group-readable: the pod runs as a non-root user in fsGroup.

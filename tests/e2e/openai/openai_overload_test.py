@@ -57,7 +57,7 @@ class OverloadTest(unittest.TestCase):
             [os.path.join(ARGS.bin_dir, "tessera-coordinator"), "--model", ARGS.model, "--port",
              str(serve_util.free_port()), "--cluster-port", str(self.cluster_port), "--http-port",
              str(self.http_port), "--metrics-port", str(self.metrics_port), "--kv-memory-mb", "16",
-             "--max-num-seqs", "1", "--max-queued-requests", "1",
+             "--max-num-seqs", "1", "--max-queued-requests", "1", "--insecure",
              *self.EXTRA_FLAGS.get(self._testMethodName, [])], stdout=self.log, stderr=subprocess.STDOUT))
         deadline = time.monotonic() + 30
         while not serve_util.accepts(self.http_port):
@@ -77,7 +77,7 @@ class OverloadTest(unittest.TestCase):
     def start_worker(self):
         self.procs.append(subprocess.Popen(
             [os.path.join(ARGS.bin_dir, "tessera-worker"), "--coordinator", f"127.0.0.1:{self.cluster_port}",
-             "--threads", "1", "--metrics-port", "0"], stdout=self.log, stderr=subprocess.STDOUT))
+             "--threads", "1", "--metrics-port", "0", "--insecure"], stdout=self.log, stderr=subprocess.STDOUT))
         deadline = time.monotonic() + 120
         while request(self.base, "/health")[0] != 200:
             self.assertLess(time.monotonic(), deadline, "never ready")

@@ -116,7 +116,7 @@ start_serve() {
   for ((i = 0; i < tp; i++)); do SERVE_WORKER_PORTS+=($((base + 3 + i))); done
   local cmd=("$BIN/tessera" serve --model "$model" --tp "$tp" --threads "$threads"
              --kv-memory-mb "$kv_mb" --host 127.0.0.1 --port "$base" --cluster-port $((base + 1))
-             --metrics-port "$SERVE_METRICS" --http-port 0)
+             --metrics-port "$SERVE_METRICS" --http-port 0 --insecure)
   record "${cmd[@]}"
   "${cmd[@]}" > "$logfile" 2>&1 &
   SERVE_PID=$!

@@ -24,11 +24,16 @@ build/bin/tessera run --model "$MODEL_DIR" --prompt "${PROMPT:-Once upon a time}
   --max-tokens "${MAX_TOKENS:-60}" --temperature 0
 
 echo
-echo "demo: local cluster:   tessera serve --tp 2  +  tessera generate --stream"
-build/bin/tessera serve --model "$MODEL_DIR" --tp 2 --port "$PORT" 2>/tmp/tessera-demo-serve.log &
+echo "demo: local cluster:   tessera serve --tp 2  +  tessera generate --stream (TLS)"
+# Secure by default: serve makes a throwaway CA, serves the API with TLS and runs the
+# cluster with mutual TLS; the client trusts the CA it copies out.
+CA_FILE=/tmp/tessera-demo-ca-$$.pem
+build/bin/tessera serve --model "$MODEL_DIR" --tp 2 --port "$PORT" --api-ca-out "$CA_FILE" \
+  2>/tmp/tessera-demo-serve.log &
 SERVE_PID=$!
-trap 'kill -INT $SERVE_PID 2>/dev/null; wait $SERVE_PID 2>/dev/null || true' EXIT
-build/bin/tessera generate --server "127.0.0.1:$PORT" --wait-ready 120 --stream \
+trap 'kill -INT $SERVE_PID 2>/dev/null; wait $SERVE_PID 2>/dev/null || true; rm -f "$CA_FILE"' EXIT
+for _ in $(seq 100); do [ -s "$CA_FILE" ] && break; sleep 0.1; done  # Written at startup.
+build/bin/tessera generate --server "127.0.0.1:$PORT" --tls-ca "$CA_FILE" --wait-ready 120 --stream \
   --prompt "${PROMPT:-Once upon a time}" --max-tokens "${MAX_TOKENS:-60}" --temperature 0
-build/bin/tessera generate --server "127.0.0.1:$PORT" --json \
+build/bin/tessera generate --server "127.0.0.1:$PORT" --tls-ca "$CA_FILE" --json \
   --prompt "${PROMPT:-Once upon a time}" --max-tokens 8 --temperature 0

@@ -158,7 +158,8 @@ def tessera_serving(a, concurrencies, work):
     port = free_port()
     proc = subprocess.Popen(
         [str(a.tessera_bin / "tessera"), "serve", "--model", str(a.hf_model), "--tp", "1",
-         "--threads", str(a.threads), "--port", str(port), "--metrics-port", "0", "--http-port", "0"],
+         "--threads", str(a.threads), "--port", str(port), "--metrics-port", "0", "--http-port", "0",
+         "--insecure"],  # Plaintext, as llama-server runs.
         stdout=open(work / "tessera-serve.log", "w"), stderr=subprocess.STDOUT)
     try:
         results = {}

@@ -80,7 +80,7 @@ for tp in $TPS; do
   port=$(free_port "${PORT:-50300}")
   echo "run_sweep: tp $tp on port $port"
   "$BIN/tessera" serve --model "$MODEL_DIR" --tp "$tp" --port "$port" --threads "$THREADS" \
-    --kv-memory-mb "$KV_MEMORY_MB" --http-port 0 > "$LOG_DIR/serve_tp$tp.log" 2>&1 &
+    --kv-memory-mb "$KV_MEMORY_MB" --http-port 0 --insecure > "$LOG_DIR/serve_tp$tp.log" 2>&1 &
   SERVE_PID=$!
   for c in $CONCURRENCY; do
     n=$((c * REQUESTS_PER_SLOT)); (( n < MIN_REQUESTS )) && n=$MIN_REQUESTS

@@ -2,7 +2,7 @@
 // certified cluster serves; workers without a certificate, with one from another CA or
 // with an expired one cannot register; the workers' own ports and the rendezvous store
 // refuse uncertified callers; plaintext needs --insecure by name; and `tessera serve`
-// runs its cluster with mutual TLS by default.
+// runs its cluster with mutual TLS and its gRPC and HTTP APIs with TLS by default.
 
 #include <sys/stat.h>
 
@@ -10,8 +10,10 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <iterator>
 #include <regex>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "absl/strings/match.h"
@@ -276,20 +278,32 @@ TEST(ClusterTlsTest, PlaintextNeedsInsecureByName) {
   EXPECT_TRUE(absl::StrContains(insecure.output, "plaintext")) << insecure.output;
 }
 
-TEST(ClusterTlsTest, ServeRunsItsClusterWithMutualTlsByDefault) {
+TEST(ClusterTlsTest, ServeRunsItsClusterWithMutualTlsAndItsApisWithTlsByDefault) {
   TESSERA_REQUIRE_STORIES_MODEL();
   const auto dir = ScratchDir("cluster_tls_serve");
-  int hold[2] = {-1, -1};
+  int hold[3] = {-1, -1, -1};
   const int port = PickFreePort(&hold[0]);
   const int cluster_port = PickFreePort(&hold[1]);
+  const int http_port = PickFreePort(&hold[2]);
   for (int fd : hold) ::close(fd);
-  ASSERT_TRUE(port != 0 && cluster_port != 0);
+  ASSERT_TRUE(port != 0 && cluster_port != 0 && http_port != 0);
+  const std::filesystem::path ca_file = dir / "api-ca.pem";
   Child serve({(BinaryDir() / "tessera").string(), "serve", "--model", StoriesModelDir().string(), "--port",
-               absl::StrCat(port), "--cluster-port", absl::StrCat(cluster_port), "--http-port", "0", "--metrics-port",
-               "0", "--threads", "1", "--kv-memory-mb", "16"},
+               absl::StrCat(port), "--cluster-port", absl::StrCat(cluster_port), "--http-port",
+               absl::StrCat(http_port), "--metrics-port", "0", "--threads", "1", "--kv-memory-mb", "16",
+               "--api-ca-out", ca_file.string()},
               dir / "serve.log");
+  const auto ca_deadline = std::chrono::steady_clock::now() + std::chrono::seconds(30);
+  while (!(std::filesystem::exists(ca_file) && std::filesystem::file_size(ca_file) > 0) &&
+         std::chrono::steady_clock::now() < ca_deadline) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  ASSERT_TRUE(std::filesystem::exists(ca_file)) << serve.Log();
+  std::ifstream ca_in(ca_file);
+  grpc::SslCredentialsOptions ssl;
+  ssl.pem_root_certs.assign(std::istreambuf_iterator<char>(ca_in), std::istreambuf_iterator<char>());
   auto stub = v1::Generation::NewStub(
-      grpc::CreateChannel(absl::StrCat("127.0.0.1:", port), grpc::InsecureChannelCredentials()));
+      grpc::CreateChannel(absl::StrCat("127.0.0.1:", port), grpc::SslCredentials(ssl)));
   UnaryResult served;
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(120);
   do {
@@ -312,6 +326,18 @@ TEST(ClusterTlsTest, ServeRunsItsClusterWithMutualTlsByDefault) {
       << log;
   // The cluster port speaks only TLS with a client certificate.
   EXPECT_EQ(RegisterPlaintext(cluster_port).error_code(), grpc::StatusCode::UNAVAILABLE);
+  // The public gRPC API refuses plaintext; the HTTP API speaks HTTPS under the same CA.
+  auto plaintext = v1::Generation::NewStub(
+      grpc::CreateChannel(absl::StrCat("127.0.0.1:", port), grpc::InsecureChannelCredentials()));
+  EXPECT_EQ(RunUnary(*plaintext, GreedyText("Once upon a time", 2), std::chrono::seconds(5)).status.error_code(),
+            grpc::StatusCode::UNAVAILABLE);
+  const CommandResult https = RunCommand(absl::StrCat("curl -sS --max-time 10 --cacert ", ca_file.string(),
+                                                      " https://127.0.0.1:", http_port, "/v1/models"));
+  EXPECT_EQ(https.exit_code, 0) << https.output;
+  EXPECT_TRUE(absl::StrContains(https.output, "\"object\"")) << https.output;
+  EXPECT_NE(RunCommand(absl::StrCat("curl -sS --max-time 10 http://127.0.0.1:", http_port, "/v1/models")).exit_code,
+            0)
+      << "the HTTP API answered plaintext";
 
   serve.Terminate(std::chrono::seconds(20));
   EXPECT_FALSE(std::filesystem::exists(pki_dir)) << "the throwaway CA outlived serve";

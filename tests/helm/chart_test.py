@@ -562,8 +562,17 @@ class ChartTlsTest(unittest.TestCase):
         pod = component_template(objs, "coordinator")["spec"]
         return objs, pod, pod["containers"][0]
 
-    def test_plaintext_by_default(self):
+    def test_tls_by_default_from_the_release_secret(self):
         objs, pod, c = self.coordinator({})
+        self.assertIn(f"--tls-cert={self.MOUNT}/tls.crt", c["args"])
+        self.assertIn(f"--tls-key={self.MOUNT}/tls.key", c["args"])
+        volume = [v for v in pod["volumes"] if v["name"] == "tls"][0]
+        self.assertEqual(volume["secret"]["secretName"], f"{RELEASE}-tessera-tls")
+        test_pod = by_kind(objs, "Pod")[0]
+        self.assertIn(f"--tls-ca={self.MOUNT}/ca.crt", test_pod["spec"]["containers"][0]["args"])
+
+    def test_plaintext_only_when_disabled(self):
+        objs, pod, c = self.coordinator({"tls": {"enabled": False}})
         self.assertFalse([a for a in c["args"] if a.startswith("--tls")])
         self.assertNotIn("tls", [v["name"] for v in pod["volumes"]])
         self.assertEqual(by_kind(objs, "Certificate"), [])

@@ -95,7 +95,13 @@ int ServeMain(int argc, char** argv) {
                 "(OpenAI-compatible HTTP).");
   flags.String("model", &model, "Model folder.");
   std::string tls_cert, tls_key, tls_client_ca;
-  flags.String("tls-cert", &tls_cert, "PEM certificate of the gRPC and HTTP APIs (with --tls-key: TLS).");
+  flags.String("tls-cert", &tls_cert,
+               "PEM certificate of the gRPC and HTTP APIs (with --tls-key). Without it the APIs use a certificate "
+               "of the throwaway CA (see --api-ca-out), unless --insecure.");
+  std::string api_ca_out;
+  flags.String("api-ca-out", &api_ca_out,
+               "Copy the throwaway CA certificate here, for clients of the TLS API: tessera generate --tls-ca FILE, "
+               "curl --cacert FILE, openai (httpx verify=FILE).");
   flags.String("tls-key", &tls_key, "PEM private key of --tls-cert.");
   flags.String("tls-client-ca", &tls_client_ca, "PEM CA bundle that client certificates must chain to (mutual TLS).");
   std::string chat_template;
@@ -133,8 +139,9 @@ int ServeMain(int argc, char** argv) {
   flags.String("communicator", &communicator, "Collectives: auto (shm on one host), gloo or shm.");
   tls::ClusterSecurity cluster;
   flags.Bool("insecure", &cluster.insecure,
-             "Plaintext cluster traffic between the coordinator and the workers. By default serve makes a throwaway "
-             "CA and certificates (in a private temporary folder, removed on exit) and runs it with mutual TLS.");
+             "Plaintext everywhere: the gRPC and HTTP APIs and the cluster traffic between the coordinator and the "
+             "workers. By default serve makes a throwaway CA and certificates (in a private temporary folder, "
+             "removed on exit): TLS on the APIs and mutual TLS inside the cluster.");
   flags.String("cluster-ca", &cluster.ca_file,
                "Use this cluster CA instead of a throwaway one (with --cluster-cert and --cluster-key, shared by the "
                "coordinator and every worker).");
@@ -156,6 +163,12 @@ int ServeMain(int argc, char** argv) {
   }
   if (tp < 1 || replicas < 1) {
     std::fprintf(stderr, "tessera serve: --tp and --replicas must be positive\n");
+    return 1;
+  }
+  if (!api_ca_out.empty() && (cluster.insecure || cluster.tls() || !tls_cert.empty())) {
+    std::fprintf(stderr,
+                 "tessera serve: --api-ca-out copies the throwaway CA, which exists only without "
+                 "--insecure, --tls-cert and --cluster-*\n");
     return 1;
   }
   if (cluster.insecure || cluster.tls()) {
@@ -187,6 +200,26 @@ int ServeMain(int argc, char** argv) {
     }
     pki_dir = pki->dir;
     cluster.ca_file = pki->ca_cert.string();
+    if (tls_cert.empty() && tls_key.empty()) {
+      // The coordinator's certificate names localhost, 127.0.0.1, ::1 and --host: it
+      // serves the public APIs as well.
+      tls_cert = pki->coordinator_cert.string();
+      tls_key = pki->coordinator_key.string();
+      std::error_code error;
+      if (!api_ca_out.empty() &&
+          !std::filesystem::copy_file(pki->ca_cert, api_ca_out,
+                                      std::filesystem::copy_options::overwrite_existing, error)) {
+        std::fprintf(stderr, "tessera serve: --api-ca-out %s: %s\n", api_ca_out.c_str(),
+                     error.message().c_str());
+        std::filesystem::remove_all(pki_dir);
+        std::filesystem::remove(*join_secret);
+        return 1;
+      }
+      std::fprintf(stderr,
+                   "tessera serve: the APIs use TLS; clients trust %s (tessera generate --tls-ca, curl "
+                   "--cacert)\n",
+                   (api_ca_out.empty() ? pki->ca_cert.string() : api_ca_out).c_str());
+    }
     coordinator_cert = pki->coordinator_cert.string();
     coordinator_key = pki->coordinator_key.string();
     worker_cert = pki->worker_cert.string();

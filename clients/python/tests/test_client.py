@@ -65,7 +65,7 @@ class ServeProcess:
         self.proc = subprocess.Popen(
             [tessera, "serve", "--model", model, "--tp", str(tp), "--port", str(self.port),
              "--cluster-port", str(self.cluster_port), "--kv-memory-mb", "16", "--threads", "1",
-             "--http-port", "0"],
+             "--http-port", "0", "--insecure"],
             stdout=self.log, stderr=subprocess.STDOUT)
         self.children = []
 

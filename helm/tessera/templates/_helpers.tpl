@@ -20,12 +20,10 @@
 {{- printf "%s-coordinator" (include "tessera.fullname" .) | trunc 63 | trimSuffix "-" }}
 {{- end }}
 
-{{/* The public API's TLS Secret; empty: plaintext. */}}
+{{/* The public API's TLS Secret; empty (tls.enabled false): plaintext. */}}
 {{- define "tessera.tlsSecretName" -}}
-{{- if .Values.tls.secretName }}
-{{- .Values.tls.secretName }}
-{{- else if .Values.tls.certManager.enabled }}
-{{- printf "%s-tls" (include "tessera.fullname" .) | trunc 63 | trimSuffix "-" }}
+{{- if .Values.tls.enabled }}
+{{- default (printf "%s-tls" (include "tessera.fullname" .) | trunc 63 | trimSuffix "-") .Values.tls.secretName }}
 {{- end }}
 {{- end }}
 

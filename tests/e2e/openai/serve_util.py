@@ -73,7 +73,10 @@ class Serve:
         self.proc = subprocess.Popen(
             [tessera, "serve", "--model", model, "--port", str(self.port), "--cluster-port",
              str(self.cluster_port), "--http-port", str(self.http_port), "--metrics-port",
-             str(self.metrics_port), "--kv-memory-mb", "16", "--threads", "1", *extra],
+             str(self.metrics_port), "--kv-memory-mb", "16", "--threads", "1",
+             # Plaintext: these tests speak plain HTTP; the TLS default of serve is covered by
+             # tests/e2e/cluster_tls_test.cc.
+             "--insecure", *extra],
             stdout=self.log, stderr=subprocess.STDOUT)
         self.children = []
 

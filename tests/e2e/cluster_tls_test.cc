@@ -27,6 +27,7 @@
 #include "tests/e2e/serving_util.h"
 #include "tests/support/child_process.h"
 #include "tests/support/subprocess.h"
+#include "tests/support/ssl_credentials.h"
 #include "tests/support/test_certs.h"
 
 namespace tessera::testing {
@@ -57,13 +58,7 @@ struct ClusterPki {
     return s;
   }
   std::shared_ptr<grpc::ChannelCredentials> Credentials(const KeyAndCert* client) const {
-    grpc::SslCredentialsOptions o;
-    o.pem_root_certs = ca.cert_pem;
-    if (client != nullptr) {
-      o.pem_cert_chain = client->cert_pem;
-      o.pem_private_key = client->key_pem;
-    }
-    return grpc::SslCredentials(o);
+    return TrustingCredentials(ca, client);
   }
 
   std::filesystem::path dir;

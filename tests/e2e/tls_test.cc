@@ -16,6 +16,7 @@
 #include "gtest/gtest.h"
 #include "tests/e2e/serving_util.h"
 #include "tests/support/https_probe.h"
+#include "tests/support/ssl_credentials.h"
 #include "tests/support/test_certs.h"
 
 namespace tessera::testing {
@@ -30,13 +31,7 @@ struct Pki {
 };
 
 std::shared_ptr<grpc::ChannelCredentials> Trusting(const KeyAndCert& ca, const KeyAndCert* client = nullptr) {
-  grpc::SslCredentialsOptions o;
-  o.pem_root_certs = ca.cert_pem;
-  if (client != nullptr) {
-    o.pem_cert_chain = client->cert_pem;
-    o.pem_private_key = client->key_pem;
-  }
-  return grpc::SslCredentials(o);
+  return TrustingCredentials(ca, client);
 }
 
 // Its own subchannel pool, so each probe makes a new connection (and a new handshake).

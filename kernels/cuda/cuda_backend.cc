@@ -65,7 +65,7 @@ absl::StatusOr<std::unique_ptr<CudaBackend>> CudaBackend::Create(int device) {
   }
   const bool fp8_tensor_cores = major > 8 || (major == 8 && minor >= 9);
   return std::unique_ptr<CudaBackend>(
-      new CudaBackend(device, stream, *std::move(gemm), fp8_tensor_cores));
+      new CudaBackend(device, stream, *std::move(gemm), fp8_tensor_cores, major >= 8));
 }
 
 absl::StatusOr<std::unique_ptr<CudaBackend>> MakeCudaBackend(int device) {
@@ -395,6 +395,12 @@ void CudaBackend::PagedAttention(const float* q, int q_stride, const AttentionBa
       batch.block_tables + static_cast<int64_t>(decode_seqs) * batch.max_blocks_per_seq;
   rest.slot_mapping = batch.slot_mapping == nullptr ? nullptr : batch.slot_mapping + decode_seqs;
   rest.num_decode_seqs = 0;
+  if (bf16_tensor_cores_ && gpu::AttentionPrefillTcSupported(shape)) {
+    RecordLaunch(gpu::LaunchPagedAttentionPrefillTc(q, q_stride, rest, k_cache, v_cache, shape,
+                                                    num_q_heads, scale, out, stream_, &error),
+                 error);
+    return;
+  }
   RecordLaunch(gpu::LaunchPagedAttentionPrefill(q, q_stride, rest, k_cache, v_cache, shape,
                                                 num_q_heads, scale, out, stream_, &error),
                error);

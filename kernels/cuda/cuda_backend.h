@@ -73,6 +73,8 @@ class CudaBackend final : public Backend {
   // Decode tokens use the split-K kernel and prefill chunks the tiled kernel: a pure decode
   // batch all split-K, a mixed one (continuous batching) its batch.num_decode_seqs leading
   // sequences split-K and the rest tiled, so a decode token never costs a 16-row tile.
+  // Prefill runs on the tensor cores (sm_80+) where the cache is BF16 or FP8 and head_dim
+  // 64 or 128, precision the cache has already given up; FP32 caches keep the FP32 kernel.
   void PagedAttention(const float* q, int q_stride, const AttentionBatch& batch,
                       const void* k_cache, const void* v_cache, const KvCacheShape& shape,
                       int num_q_heads, float scale, float* out) override;
@@ -118,11 +120,12 @@ class CudaBackend final : public Backend {
   };
 
   CudaBackend(int device, cudaStream_t stream, std::unique_ptr<CublasLtGemm> gemm,
-              bool fp8_tensor_cores)
+              bool fp8_tensor_cores, bool bf16_tensor_cores)
       : device_(device),
         stream_(stream),
         gemm_(std::move(gemm)),
-        fp8_tensor_cores_(fp8_tensor_cores) {}
+        fp8_tensor_cores_(fp8_tensor_cores),
+        bf16_tensor_cores_(bf16_tensor_cores) {}
   // The FP8 x FP8 prefill GEMM; false (nothing recorded) when cuBLASLt cannot run it for
   // this shape, so the caller takes the BF16 path.
   bool GemmFp8Activations(const float* x, int64_t m, const MatrixView& w, float* y);
@@ -148,7 +151,8 @@ class CudaBackend final : public Backend {
   absl::Status first_error_;
   bool warned_gemm_fallback_ = false;
   bool warned_fp8_fallback_ = false;
-  bool fp8_tensor_cores_;  // Compute capability 8.9 or newer.
+  bool fp8_tensor_cores_;   // Compute capability 8.9 or newer.
+  bool bf16_tensor_cores_;  // Compute capability 8.0 or newer (BF16 WMMA).
   bool fp8_activations_ = false;
   int64_t fp8_gemms_ = 0;
 };

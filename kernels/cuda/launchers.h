@@ -107,6 +107,15 @@ bool LaunchPagedAttentionPrefill(const float* q, int q_stride, const AttentionBa
                                  const KvCacheShape& shape, int num_q_heads, float scale,
                                  float* out, cudaStream_t stream, std::string* error);
 
+// Tensor-core prefill (attention_tc_kernels.cu, sm_80+): flash-attention style BF16 WMMA
+// products with float softmax and accumulation, 64 query rows per block, for BF16 and FP8
+// caches at head_dim 64 or 128 (AttentionPrefillTcSupported); BF16 operand precision.
+bool AttentionPrefillTcSupported(const KvCacheShape& shape);
+bool LaunchPagedAttentionPrefillTc(const float* q, int q_stride, const AttentionBatch& batch,
+                                   const void* k_cache, const void* v_cache,
+                                   const KvCacheShape& shape, int num_q_heads, float scale,
+                                   float* out, cudaStream_t stream, std::string* error);
+
 // ---- Sampling (sampling_kernels.cu) over a [rows, vocab] float32 logits buffer.
 // Per-row parameters, in device memory. The draw depends only on the seed and the logits,
 // so callers vary `seed` per step (e.g. request seed + step index).

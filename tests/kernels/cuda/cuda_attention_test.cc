@@ -12,6 +12,7 @@
 #include <utility>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "gtest/gtest.h"
 #include "kernels/cuda/launchers.h"
 #include "tests/kernels/cuda/cuda_test_util.h"
@@ -299,7 +300,60 @@ TEST_F(CudaAttentionTest, QuantizedCachesMatchCpu) {
     cuda_->Synchronize();
     EXPECT_EQ(d_kc.ToHost(), k_cache);
     EXPECT_EQ(d_vc.ToHost(), v_cache);
-    ExpectAllClose(d.out.ToHost(), expected, 1e-4, "quantized cache");
+    // The 50-token prompt takes the tensor-core prefill (BF16 operands) on sm_80+.
+    ExpectAllClose(d.out.ToHost(), expected, 1e-2, "quantized cache");
+  }
+}
+
+// The tensor-core prefill kernel against the CPU backend on the same BF16 / FP8 cache
+// bytes: prompts longer than one 64-row tile, chunks after a cached prefix, single tokens,
+// GQA groups, block sizes 1 and 16, with and without a sliding window. Q and P are rounded
+// to BF16 on the way into the tensor cores: rtol 1e-2 (measured error is a few 1e-3).
+TEST_F(CudaAttentionTest, TensorCorePrefillMatchesCpuAtBf16Precision) {
+  int major = 0;
+  cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, 0);
+  if (major < 8) GTEST_SKIP() << "BF16 tensor cores need compute capability 8.0";
+  const std::vector<SeqSpec> seqs = {{130, 130}, {97, 40}, {40, 7}, {5, 5}, {20, 1}, {70, 65}};
+  for (DType dtype : {DType::kBF16, DType::kF8E4M3}) {
+    for (int head_dim : {64, 128}) {
+      for (int block_size : {1, 16}) {
+        for (auto [q_heads, kv_heads] : std::vector<std::pair<int, int>>{{6, 2}, {8, 1}}) {
+          for (int window : {0, 37}) {
+            const std::string what = absl::StrCat(DTypeName(dtype), " head_dim=", head_dim,
+                                                  " block_size=", block_size, " q_heads=",
+                                                  q_heads, " kv_heads=", kv_heads, " window=", window);
+            SCOPED_TRACE(what);
+            Problem p = MakeProblem(seqs, block_size, head_dim, 200 + head_dim + block_size,
+                                    q_heads, kv_heads);
+            p.shape.dtype = dtype;
+            // Every slot of the float cache, written into the quantized one by the CPU.
+            const int width = kv_heads * head_dim;
+            std::vector<int64_t> all_slots(p.shape.rows() / kv_heads);
+            for (size_t i = 0; i < all_slots.size(); ++i) all_slots[i] = static_cast<int64_t>(i);
+            std::vector<uint8_t> k_cache(p.shape.bytes(), 0), v_cache(p.shape.bytes(), 0);
+            cpu_->WriteKvCache(p.k_cache.data(), p.v_cache.data(), width, all_slots.data(),
+                               static_cast<int>(all_slots.size()), p.shape, k_cache.data(),
+                               v_cache.data());
+            const float scale = 1.0f / std::sqrt(static_cast<float>(head_dim));
+            std::vector<float> expected(static_cast<size_t>(p.num_tokens) * q_heads * head_dim);
+            AttentionBatch host_batch = HostBatch(p);
+            host_batch.sliding_window = window;
+            cpu_->PagedAttention(p.q.data(), p.q_stride, host_batch, k_cache.data(),
+                                 v_cache.data(), p.shape, q_heads, scale, expected.data());
+            DeviceProblem d(p);
+            d.batch.sliding_window = window;
+            DeviceArray<uint8_t> d_kc(k_cache), d_vc(v_cache);
+            std::string error;
+            ASSERT_TRUE(gpu::LaunchPagedAttentionPrefillTc(d.q.get(), p.q_stride, d.batch,
+                                                           d_kc.get(), d_vc.get(), p.shape,
+                                                           q_heads, scale, d.out.get(), nullptr,
+                                                           &error))
+                << error;
+            ExpectAllClose(d.out.ToHost(), expected, 1e-2, what);
+          }
+        }
+      }
+    }
   }
 }
 

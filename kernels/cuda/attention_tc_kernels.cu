@@ -1,0 +1,318 @@
+// Prefill attention on the tensor cores: flash-attention style (online softmax over key
+// tiles, nothing of size context x context in memory), causal, sliding-window and paged.
+// A block takes 64 consecutive query rows of one sequence and one query head; each of its
+// 4 warps owns 16 rows. Per tile of 32 keys: S = Q K^T and then O += P V as BF16 WMMA
+// products with float accumulation, the softmax itself in float. Q, K, V and P are rounded
+// to BF16 on the way into the tensor cores, so the result carries BF16 operand precision;
+// the backend uses this kernel only for BF16 and FP8 caches (see CudaBackend).
+#include <cuda_bf16.h>
+#include <cuda_fp8.h>
+#include <mma.h>
+
+#include <string>
+
+#include "kernels/cuda/device_util.cuh"
+#include "kernels/cuda/launchers.h"
+#include "kernels/cuda/paged_index.h"
+
+namespace tessera::kernels::gpu {
+namespace {
+
+constexpr int kTcRows = 64;       // Query rows per block.
+constexpr int kTcKeys = 32;       // Keys per tile.
+constexpr int kTcWarps = kTcRows / 16;
+constexpr int kTcThreads = kTcWarps * 32;
+
+// Cache element e of a row as float (before the row's FP8 scale).
+template <class T>
+__device__ __forceinline__ float CacheValue(const void* cache, int64_t off);
+template <>
+__device__ __forceinline__ float CacheValue<__nv_bfloat16>(const void* cache, int64_t off) {
+  return __bfloat162float(static_cast<const __nv_bfloat16*>(cache)[off]);
+}
+template <>
+__device__ __forceinline__ float CacheValue<__nv_fp8_e4m3>(const void* cache, int64_t off) {
+  return static_cast<float>(static_cast<const __nv_fp8_e4m3*>(cache)[off]);
+}
+
+struct TcArgs {
+  const float* q;
+  int q_stride;
+  const int32_t* query_start;
+  const int32_t* context_lens;
+  const int32_t* block_tables;
+  int max_blocks_per_seq;
+  int num_seqs;
+  const void* k_cache;
+  const void* v_cache;
+  const float* k_scales;  // FP8 only.
+  const float* v_scales;
+  int block_size;
+  int num_kv_heads;
+  int num_q_heads;
+  float scale;
+  int window;
+  float* out;
+};
+
+// Dynamic shared memory of one block, in bytes.
+template <int D>
+constexpr size_t TcSharedBytes() {
+  return sizeof(__nv_bfloat16) * (kTcRows * D + 2 * kTcKeys * D + kTcWarps * 16 * kTcKeys) +
+         sizeof(float) * (kTcWarps * 16 * kTcKeys + kTcWarps * 16 * D + 2 * kTcWarps * 16);
+}
+
+template <int D, class T>
+__global__ void __launch_bounds__(kTcThreads) AttentionPrefillTcKernel(TcArgs a) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+  using namespace nvcuda;
+  extern __shared__ __align__(32) unsigned char smem[];
+  auto* s_q = reinterpret_cast<__nv_bfloat16*>(smem);   // [64][D]
+  __nv_bfloat16* s_k = s_q + kTcRows * D;                // [32][D]
+  __nv_bfloat16* s_v = s_k + kTcKeys * D;                // [32][D]
+  __nv_bfloat16* s_p = s_v + kTcKeys * D;                // [warp][16][32]
+  auto* s_s = reinterpret_cast<float*>(s_p + kTcWarps * 16 * kTcKeys);  // [warp][16][32]
+  float* s_o = s_s + kTcWarps * 16 * kTcKeys;            // [warp][16][D]: this tile's P V
+  float* s_alpha = s_o + kTcWarps * 16 * D;              // [warp][16]
+  float* s_l = s_alpha + kTcWarps * 16;                  // [warp][16]
+  __shared__ int s_seq;
+  __shared__ int s_tile;
+
+  if (threadIdx.x == 0) {
+    // Blocks map to sequences' 64-row tiles in order; surplus blocks find none and exit.
+    int b = blockIdx.x;
+    s_seq = -1;
+    for (int s = 0; s < a.num_seqs; ++s) {
+      const int tiles = (a.query_start[s + 1] - a.query_start[s] + kTcRows - 1) / kTcRows;
+      if (b < tiles) {
+        s_seq = s;
+        s_tile = b;
+        break;
+      }
+      b -= tiles;
+    }
+  }
+  __syncthreads();
+  if (s_seq < 0) return;
+  const int seq = s_seq;
+  const int head = blockIdx.y;
+  const int q_begin = a.query_start[seq];
+  const int num_new = a.query_start[seq + 1] - q_begin;
+  const int context_len = a.context_lens[seq];
+  const int first = s_tile * kTcRows;
+  const int rows = min(kTcRows, num_new - first);
+  const int kv_head = paged::KvHeadOf(head, a.num_q_heads, a.num_kv_heads);
+  const int32_t* table = a.block_tables + static_cast<int64_t>(seq) * a.max_blocks_per_seq;
+  const int kv_end = paged::TokenPosition(context_len, num_new, first + rows - 1) + 1;
+  const int kv_begin =
+      paged::FirstKeyTile(paged::TokenPosition(context_len, num_new, first), a.window, kTcKeys);
+  const int warp = threadIdx.x / 32;
+  const int lane = threadIdx.x % 32;
+
+  for (int e = threadIdx.x; e < kTcRows * D; e += kTcThreads) {
+    const int r = e / D;
+    const int d = e % D;
+    const float v = r < rows ? a.q[static_cast<int64_t>(q_begin + first + r) * a.q_stride +
+                                   head * D + d] * a.scale
+                             : 0.0f;
+    s_q[e] = __float2bfloat16(v);
+  }
+
+  // Lane r < 16 keeps row r's running max and sum; every lane keeps its share of the
+  // warp's 16 x D output (element lane + 32 i, row (lane + 32 i) / D).
+  constexpr int kOutPerLane = 16 * D / 32;
+  float o[kOutPerLane];
+  for (int i = 0; i < kOutPerLane; ++i) o[i] = 0.0f;
+  float m = -INFINITY;
+  float l = 0.0f;
+  const int my_row = warp * 16 + lane;  // Meaningful for lane < 16.
+  const int my_pos = paged::TokenPosition(context_len, num_new, first + my_row);
+  const bool warp_active = warp * 16 < rows;
+
+  for (int k0 = kv_begin; k0 < kv_end; k0 += kTcKeys) {
+    __syncthreads();  // The previous tile is consumed (and s_q is complete).
+    for (int e = threadIdx.x; e < kTcKeys * D; e += kTcThreads) {
+      const int j = e / D;
+      const int d = e % D;
+      const int key = k0 + j;
+      float kv = 0.0f;
+      float vv = 0.0f;
+      if (key < kv_end) {
+        const int64_t row_off = paged::CacheOffset(paged::SlotOf(table, key, a.block_size),
+                                                   a.num_kv_heads, D, kv_head);
+        kv = CacheValue<T>(a.k_cache, row_off + d);
+        vv = CacheValue<T>(a.v_cache, row_off + d);
+        if (a.k_scales != nullptr) {
+          kv *= a.k_scales[row_off / D];
+          vv *= a.v_scales[row_off / D];
+        }
+      }
+      s_k[e] = __float2bfloat16(kv);
+      s_v[e] = __float2bfloat16(vv);
+    }
+    __syncthreads();
+    if (!warp_active) continue;
+
+    // S = Q K^T for the warp's 16 rows and the tile's 32 keys.
+    float* s = s_s + warp * 16 * kTcKeys;
+    for (int n = 0; n < kTcKeys / 16; ++n) {
+      wmma::fragment<wmma::accumulator, 16, 16, 16, float> c;
+      wmma::fill_fragment(c, 0.0f);
+      for (int k = 0; k < D / 16; ++k) {
+        wmma::fragment<wmma::matrix_a, 16, 16, 16, __nv_bfloat16, wmma::row_major> qa;
+        wmma::fragment<wmma::matrix_b, 16, 16, 16, __nv_bfloat16, wmma::col_major> kb;
+        wmma::load_matrix_sync(qa, s_q + warp * 16 * D + k * 16, D);
+        // K stored [key][d] is K^T in column-major order.
+        wmma::load_matrix_sync(kb, s_k + n * 16 * D + k * 16, D);
+        wmma::mma_sync(c, qa, kb, c);
+      }
+      wmma::store_matrix_sync(s + n * 16, c, kTcKeys, wmma::mem_row_major);
+    }
+    __syncwarp();
+
+    // Online softmax, one row per lane.
+    __nv_bfloat16* p = s_p + warp * 16 * kTcKeys;
+    if (lane < 16) {
+      const bool row_valid = my_row < rows;
+      const int first_key = paged::FirstVisibleKey(my_pos, a.window);
+      float tile_max = -INFINITY;
+      for (int j = 0; j < kTcKeys; ++j) {
+        const int key = k0 + j;
+        const bool visible = row_valid && key <= my_pos && key >= first_key && key < kv_end;
+        const float v = visible ? s[lane * kTcKeys + j] : -INFINITY;
+        s[lane * kTcKeys + j] = v;
+        tile_max = fmaxf(tile_max, v);
+      }
+      const float m_new = fmaxf(m, tile_max);
+      float alpha = 1.0f;
+      float sum = 0.0f;
+      if (m_new == -INFINITY) {  // Nothing visible yet: keep the empty state.
+        for (int j = 0; j < kTcKeys; ++j) p[lane * kTcKeys + j] = __float2bfloat16(0.0f);
+      } else {
+        alpha = expf(m - m_new);  // 0 while m is -inf.
+        for (int j = 0; j < kTcKeys; ++j) {
+          const float v = s[lane * kTcKeys + j];
+          const float pj = v == -INFINITY ? 0.0f : expf(v - m_new);
+          sum += pj;
+          p[lane * kTcKeys + j] = __float2bfloat16(pj);
+        }
+        m = m_new;
+      }
+      l = l * alpha + sum;
+      s_alpha[warp * 16 + lane] = alpha;
+    }
+    __syncwarp();
+
+    // This tile's P V (16 x D), then O = O * alpha + P V.
+    float* pv = s_o + warp * 16 * D;
+    for (int n = 0; n < D / 16; ++n) {
+      wmma::fragment<wmma::accumulator, 16, 16, 16, float> c;
+      wmma::fill_fragment(c, 0.0f);
+      for (int k = 0; k < kTcKeys / 16; ++k) {
+        wmma::fragment<wmma::matrix_a, 16, 16, 16, __nv_bfloat16, wmma::row_major> pa;
+        wmma::fragment<wmma::matrix_b, 16, 16, 16, __nv_bfloat16, wmma::row_major> vb;
+        wmma::load_matrix_sync(pa, p + k * 16, kTcKeys);
+        wmma::load_matrix_sync(vb, s_v + k * 16 * D + n * 16, D);
+        wmma::mma_sync(c, pa, vb, c);
+      }
+      wmma::store_matrix_sync(pv + n * 16, c, D, wmma::mem_row_major);
+    }
+    __syncwarp();
+    for (int i = 0; i < kOutPerLane; ++i) {
+      const int e = lane + 32 * i;
+      o[i] = o[i] * s_alpha[warp * 16 + e / D] + pv[e];
+    }
+  }
+
+  if (!warp_active) return;
+  if (lane < 16) s_l[warp * 16 + lane] = l;
+  __syncwarp();
+  for (int i = 0; i < kOutPerLane; ++i) {
+    const int e = lane + 32 * i;
+    const int r = e / D;
+    const int row = warp * 16 + r;
+    if (row >= rows) continue;
+    const float sum = s_l[warp * 16 + r];
+    a.out[(static_cast<int64_t>(q_begin + first + row) * a.num_q_heads + head) * D + e % D] =
+        sum > 0.0f ? o[i] / sum : 0.0f;
+  }
+#else
+  __trap();  // Built without BF16 tensor cores: fail the launch rather than return nothing.
+#endif  // __CUDA_ARCH__ >= 800
+}
+
+template <int D, class T>
+bool LaunchTcFor(const TcArgs& args, int num_tokens, cudaStream_t stream, std::string* error) {
+  constexpr size_t kBytes = TcSharedBytes<D>();
+  // Above 48 KiB a kernel must opt in to dynamic shared memory, per device: so on every
+  // launch (a cheap driver call next to a prefill).
+  const cudaError_t opt_in = cudaFuncSetAttribute(
+      AttentionPrefillTcKernel<D, T>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+      static_cast<int>(kBytes));
+  if (opt_in != cudaSuccess) {
+    return Fail(error, std::string("PagedAttentionPrefillTc: shared memory opt-in failed: ") +
+                           cudaGetErrorString(opt_in));
+  }
+  // Tiles never straddle sequences, so each sequence adds at most one partial tile.
+  const int tiles = (num_tokens + kTcRows - 1) / kTcRows + args.num_seqs;
+  AttentionPrefillTcKernel<D, T><<<dim3(tiles, args.num_q_heads), kTcThreads, kBytes, stream>>>(
+      args);
+  return CheckLaunch("PagedAttentionPrefillTc", error);
+}
+
+}  // namespace
+
+bool AttentionPrefillTcSupported(const KvCacheShape& shape) {
+  return (shape.dtype == DType::kBF16 || shape.dtype == DType::kF8E4M3) &&
+         (shape.head_dim == 64 || shape.head_dim == 128);
+}
+
+bool LaunchPagedAttentionPrefillTc(const float* q, int q_stride, const AttentionBatch& batch,
+                                   const void* k_cache, const void* v_cache,
+                                   const KvCacheShape& shape, int num_q_heads, float scale,
+                                   float* out, cudaStream_t stream, std::string* error) {
+  if (batch.num_tokens <= 0) return true;
+  if (!AttentionPrefillTcSupported(shape)) {
+    return Fail(error, "PagedAttentionPrefillTc: needs a BF16 or FP8 cache and head_dim 64 or "
+                       "128, got head_dim " + std::to_string(shape.head_dim));
+  }
+  if (shape.num_kv_heads <= 0 || num_q_heads <= 0 || num_q_heads % shape.num_kv_heads != 0 ||
+      num_q_heads > 65535) {
+    return Fail(error, "PagedAttentionPrefillTc: num_q_heads " + std::to_string(num_q_heads) +
+                           " is not a positive multiple of num_kv_heads " +
+                           std::to_string(shape.num_kv_heads));
+  }
+  const bool fp8 = shape.dtype == DType::kF8E4M3;
+  auto scales_of = [&](const void* cache) -> const float* {
+    return fp8 ? reinterpret_cast<const float*>(static_cast<const char*>(cache) +
+                                                shape.scales_offset())
+               : nullptr;
+  };
+  const TcArgs args{q,
+                    q_stride,
+                    batch.query_start,
+                    batch.context_lens,
+                    batch.block_tables,
+                    batch.max_blocks_per_seq,
+                    batch.num_seqs,
+                    k_cache,
+                    v_cache,
+                    scales_of(k_cache),
+                    scales_of(v_cache),
+                    shape.block_size,
+                    shape.num_kv_heads,
+                    num_q_heads,
+                    scale,
+                    batch.sliding_window,
+                    out};
+  if (fp8) {
+    return shape.head_dim == 64
+               ? LaunchTcFor<64, __nv_fp8_e4m3>(args, batch.num_tokens, stream, error)
+               : LaunchTcFor<128, __nv_fp8_e4m3>(args, batch.num_tokens, stream, error);
+  }
+  return shape.head_dim == 64
+             ? LaunchTcFor<64, __nv_bfloat16>(args, batch.num_tokens, stream, error)
+             : LaunchTcFor<128, __nv_bfloat16>(args, batch.num_tokens, stream, error);
+}
+
+}  // namespace tessera::kernels::gpu

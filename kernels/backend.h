@@ -189,6 +189,21 @@ class Backend {
   // y[i] += x[i] for i < n.
   virtual void Add(float* y, const float* x, size_t n) = 0;
 
+  // ---- Graphs (CUDA): the ops queued between BeginCapture and EndCapture are recorded,
+  // not run, and LaunchGraph replays them with one launch. Pointers and shapes are baked
+  // in, so the caller replays a graph only over the same buffers. Nothing may wait for the
+  // device while capturing (no copies to the host, no synchronisation, no growing scratch):
+  // a capture that tried fails and leaves the backend as it was.
+  virtual bool SupportsGraphs() const { return false; }
+  virtual bool BeginCapture() { return false; }
+  // The new graph's id, or -1 when the capture failed (its ops did not run).
+  virtual int EndCapture() { return -1; }
+  virtual void LaunchGraph(int id) {}
+  virtual void ClearGraphs() {}
+  // Changes whenever a buffer the backend's own ops use moves (its scratch grew): graphs
+  // captured before then are stale and must be captured again.
+  virtual uint64_t GraphEpoch() const { return 0; }
+
   // ---- Sampling where the logits live, so only token ids cross to the host.
   virtual bool HasDeviceSampler() const { return false; }
   // `logits` [num_rows, vocab] in backend memory, unchanged; `tokens` and `logprobs` (the

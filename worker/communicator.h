@@ -40,6 +40,10 @@ class Communicator {
   // Implementations that complete each call return at once.
   virtual absl::Status Wait() { return absl::OkStatus(); }
 
+  // Whether the collectives may be recorded into a backend graph (Backend::BeginCapture):
+  // they must only enqueue on the backend's stream, never wait on the host.
+  virtual bool Capturable() const { return world_size() == 1; }
+
   // True once a collective failed or timed out; the group must be re-formed.
   virtual bool aborted() const = 0;
 

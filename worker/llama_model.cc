@@ -1,7 +1,9 @@
 #include "worker/llama_model.h"
 
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
+#include <string>
 
 #include "absl/strings/str_cat.h"
 #include "common/status_macros.h"
@@ -142,6 +144,11 @@ absl::StatusOr<std::unique_ptr<LlamaModel>> LlamaModel::Load(const std::filesyst
                                           "RoPE frequencies"));
   Upload(backend, model->rope_inv_freq_, rope.inv_freq);
   model->rope_scale_ = rope.attention_scaling;
+  // TESSERA_CUDA_GRAPHS=0 runs every decode step eagerly (for debugging a graph problem).
+  if (const char* graphs = std::getenv("TESSERA_CUDA_GRAPHS"); graphs != nullptr &&
+                                                               std::string(graphs) == "0") {
+    model->graphs_enabled_ = false;
+  }
   RETURN_IF_ERROR(CheckBackend(*backend, "uploading the weights"));
   model->backend_ = backend;
   model->comm_ = comm;
@@ -195,6 +202,7 @@ absl::Status LlamaModel::EnsureWorkspace(int tokens, int seqs, int blocks, int n
   const size_t metadata = t * (4 + 4 + 8) + (seqs + 1) * 4 + seqs * 4 +
                           static_cast<size_t>(seqs) * blocks * 4 + 6 * 16;
   RETURN_IF_ERROR(Reserve(backend_, &w.metadata, metadata, "step metadata"));
+  ++w.generation;
   w.tokens = tokens;
   w.seqs = seqs;
   w.blocks = blocks;
@@ -205,14 +213,26 @@ absl::Status LlamaModel::EnsureWorkspace(int tokens, int seqs, int blocks, int n
 absl::Status LlamaModel::Forward(const StepBatch& batch, KvCache* cache,
                                  std::vector<float>* logits, const float** device_logits) {
   RETURN_IF_ERROR(ValidateBatch(batch, config_, cache->shape()));
-  const int n = batch.num_tokens();
+  if (GraphEligible(batch, *cache)) return ForwardWithGraph(batch, cache, logits, device_logits);
   const int num_logits = static_cast<int>(batch.logits_rows.size());
-  RETURN_IF_ERROR(EnsureWorkspace(n, batch.num_seqs(), batch.max_blocks_per_seq,
+  RETURN_IF_ERROR(EnsureWorkspace(batch.num_tokens(), batch.num_seqs(), batch.max_blocks_per_seq,
                                   std::max(num_logits, 1)));
   kernels::Backend& be = *backend_;
-  Workspace& w = ws_;
+  RETURN_IF_ERROR(EnqueueStep(UploadStep(batch), cache, batch.logits_rows));
+  if (num_logits == 0) {
+    logits->clear();
+    RETURN_IF_ERROR(comm_->Wait());  // Bounded, where a synchronize would wait on a dead peer.
+    be.Synchronize();  // A kernel that failed asynchronously fails this step, not a later one.
+    return CheckBackend(be, "forward pass");
+  }
+  RETURN_IF_ERROR(ReadLogits(num_logits, num_logits, logits, device_logits));
+  return CheckBackend(be, "forward pass");
+}
+
+LlamaModel::StepView LlamaModel::UploadStep(const StepBatch& batch) {
   // One upload for the whole step's metadata, queued without waiting (pinned staging on
   // CUDA): the host goes straight on to queueing the layers.
+  Workspace& w = ws_;
   const StepMetadata meta(batch);
   w.metadata_host.resize(meta.bytes);
   Pack(batch.token_ids, meta.token_ids, &w.metadata_host);
@@ -221,26 +241,35 @@ absl::Status LlamaModel::Forward(const StepBatch& batch, KvCache* cache,
   Pack(batch.query_start, meta.query_start, &w.metadata_host);
   Pack(batch.context_lens, meta.context_lens, &w.metadata_host);
   Pack(batch.block_tables, meta.block_tables, &w.metadata_host);
-  be.CopyToDeviceAsync(w.metadata.get(), w.metadata_host.data(), meta.bytes);
+  backend_->CopyToDeviceAsync(w.metadata.get(), w.metadata_host.data(), meta.bytes);
   auto* device_meta = static_cast<uint8_t*>(w.metadata.get());
-  const auto* token_ids = reinterpret_cast<const int32_t*>(device_meta + meta.token_ids);
-  const auto* positions = reinterpret_cast<const int32_t*>(device_meta + meta.positions);
-  const auto* slots = reinterpret_cast<const int64_t*>(device_meta + meta.slots);
 
-  kernels::AttentionBatch attn_batch;
-  attn_batch.num_seqs = batch.num_seqs();
-  attn_batch.num_tokens = n;
-  attn_batch.query_start = reinterpret_cast<const int32_t*>(device_meta + meta.query_start);
-  attn_batch.context_lens = reinterpret_cast<const int32_t*>(device_meta + meta.context_lens);
-  attn_batch.block_tables = reinterpret_cast<const int32_t*>(device_meta + meta.block_tables);
-  attn_batch.max_blocks_per_seq = batch.max_blocks_per_seq;
-  attn_batch.slot_mapping = slots;
-  while (attn_batch.num_decode_seqs < attn_batch.num_seqs &&
-         batch.query_start[attn_batch.num_decode_seqs + 1] -
-                 batch.query_start[attn_batch.num_decode_seqs] == 1) {
-    ++attn_batch.num_decode_seqs;
+  StepView v;
+  v.num_tokens = batch.num_tokens();
+  v.token_ids = reinterpret_cast<const int32_t*>(device_meta + meta.token_ids);
+  v.positions = reinterpret_cast<const int32_t*>(device_meta + meta.positions);
+  v.slots = reinterpret_cast<const int64_t*>(device_meta + meta.slots);
+  kernels::AttentionBatch& a = v.attention;
+  a.num_seqs = batch.num_seqs();
+  a.num_tokens = batch.num_tokens();
+  a.query_start = reinterpret_cast<const int32_t*>(device_meta + meta.query_start);
+  a.context_lens = reinterpret_cast<const int32_t*>(device_meta + meta.context_lens);
+  a.block_tables = reinterpret_cast<const int32_t*>(device_meta + meta.block_tables);
+  a.max_blocks_per_seq = batch.max_blocks_per_seq;
+  a.slot_mapping = v.slots;
+  while (a.num_decode_seqs < a.num_seqs &&
+         batch.query_start[a.num_decode_seqs + 1] - batch.query_start[a.num_decode_seqs] == 1) {
+    ++a.num_decode_seqs;
   }
+  return v;
+}
 
+absl::Status LlamaModel::EnqueueStep(const StepView& step, KvCache* cache,
+                                     const std::vector<int32_t>& logits_rows) {
+  kernels::Backend& be = *backend_;
+  Workspace& w = ws_;
+  const int n = step.num_tokens;
+  kernels::AttentionBatch attn_batch = step.attention;
   const int h = config_.hidden_size, hd = config_.head_dim;
   const int nq = static_cast<int>(layout_.q_heads.size());
   const int nkv = static_cast<int>(layout_.kv_heads.size());
@@ -253,7 +282,7 @@ absl::Status LlamaModel::Forward(const StepBatch& batch, KvCache* cache,
   float* qkv = w.qkv.as<float>();
   float* proj = w.proj.as<float>();
 
-  be.EmbeddingGather(token_ids, n, weights_.embed.view, layout_.vocab.begin, hidden);
+  be.EmbeddingGather(step.token_ids, n, weights_.embed.view, layout_.vocab.begin, hidden);
   RETURN_IF_ERROR(comm_->AllReduceSum(hidden, static_cast<size_t>(n) * h));
 
   for (int l = 0; l < config_.num_hidden_layers; ++l) {
@@ -265,10 +294,10 @@ absl::Status LlamaModel::Forward(const StepBatch& batch, KvCache* cache,
     }
     be.Gemm(normed, n, lw.qkv.view, qkv);
     if (lw.qkv_bias.get() != nullptr) be.AddBias(qkv, lw.qkv_bias.as<float>(), n, qkv_dim);
-    be.Rope(qkv, n, qkv_dim, positions, nq, nkv, hd,
-            rope_inv_freq_.as<float>(), rope_scale_);
+    be.Rope(qkv, n, qkv_dim, step.positions, nq, nkv, hd, rope_inv_freq_.as<float>(),
+            rope_scale_);
     attn_batch.sliding_window = config_.SlidingWindowOf(l);
-    be.WriteKvCache(qkv + nq * hd, qkv + (nq + nkv) * hd, qkv_dim, slots, n,
+    be.WriteKvCache(qkv + nq * hd, qkv + (nq + nkv) * hd, qkv_dim, step.slots, n,
                     cache->shape(), cache->k(l), cache->v(l));
     be.PagedAttention(qkv, qkv_dim, attn_batch, cache->k(l), cache->v(l), cache->shape(), nq,
                       scale, w.attn.as<float>());
@@ -281,50 +310,27 @@ absl::Status LlamaModel::Forward(const StepBatch& batch, KvCache* cache,
     be.Gemm(w.act.as<float>(), n, lw.down.view, proj);
     RETURN_IF_ERROR(comm_->AllReduceSum(proj, static_cast<size_t>(n) * h));
   }
-  if (num_logits == 0) {
-    logits->clear();
-    RETURN_IF_ERROR(comm_->Wait());  // Bounded, where a synchronize would wait on a dead peer.
-    be.Synchronize();  // A kernel that failed asynchronously fails this step, not a later one.
-    return CheckBackend(be, "forward pass");
-  }
+  const int rows = static_cast<int>(logits_rows.size());
+  if (rows == 0) return absl::OkStatus();
   be.AddRmsNorm(hidden, proj, weights_.final_norm.as<float>(), n, h, eps, normed);
   float* selected = w.selected.as<float>();
-  for (int i = 0; i < num_logits; ++i) {
+  for (int i = 0; i < rows; ++i) {
     be.CopyOnDevice(selected + static_cast<size_t>(i) * h,
-                    normed + static_cast<size_t>(batch.logits_rows[i]) * h, h * sizeof(float));
+                    normed + static_cast<size_t>(logits_rows[i]) * h, h * sizeof(float));
   }
-  RETURN_IF_ERROR(GatherLogits(num_logits, logits, device_logits));
-  return CheckBackend(be, "forward pass");
-}
-
-absl::Status LlamaModel::GatherLogits(int rows, std::vector<float>* logits,
-                                      const float** device_logits) {
-  kernels::Backend& be = *backend_;
   const int world = layout_.world;
-  const size_t vocab = config_.vocab_size;
-  const size_t local = layout_.vocab.size();
-  const size_t vmax = EvenSplit(config_.vocab_size, 0, world).size();
-  float* local_logits = ws_.logits_local.as<float>();
-  if (device_logits != nullptr) {
-    logits->clear();
-  } else {
-    logits->resize(rows * vocab);
-  }
+  float* local_logits = w.logits_local.as<float>();
   if (world == 1) {
-    be.Gemm(ws_.selected.as<float>(), rows, weights_.lm_head_view(), local_logits);
-    RETURN_IF_ERROR(comm_->Wait());
-    if (device_logits != nullptr) {
-      *device_logits = local_logits;
-      return absl::OkStatus();
-    }
-    be.CopyToHost(logits->data(), local_logits, rows * vocab * sizeof(float));
+    be.Gemm(selected, rows, weights_.lm_head_view(), local_logits);
     return absl::OkStatus();
   }
   // Vocab shards differ by at most one row: pad each to vmax so all-gather sees equal parts.
+  const size_t local = layout_.vocab.size();
+  const size_t vmax = EvenSplit(config_.vocab_size, 0, world).size();
   float* padded = local_logits + rows * vmax * world;  // Past the gather's receive area.
   float* gathered = local_logits;
   // The receive area is free until the gather: compute there, then re-stride into `padded`.
-  be.Gemm(ws_.selected.as<float>(), rows, weights_.lm_head_view(), gathered);
+  be.Gemm(selected, rows, weights_.lm_head_view(), gathered);
   if (local == vmax) {
     be.CopyOnDevice(padded, gathered, rows * vmax * sizeof(float));
   } else {
@@ -332,16 +338,40 @@ absl::Status LlamaModel::GatherLogits(int rows, std::vector<float>* logits,
       be.CopyOnDevice(padded + r * vmax, gathered + r * local, local * sizeof(float));
     }
   }
-  RETURN_IF_ERROR(comm_->AllGather(padded, rows * vmax, gathered));
-  RETURN_IF_ERROR(comm_->Wait());  // Collectives may only be queued; the copy reads their results.
+  return comm_->AllGather(padded, rows * vmax, gathered);
+}
+
+absl::Status LlamaModel::ReadLogits(int rows, int keep, std::vector<float>* logits,
+                                    const float** device_logits) {
+  kernels::Backend& be = *backend_;
+  const int world = layout_.world;
+  const size_t vocab = config_.vocab_size;
+  const size_t vmax = EvenSplit(config_.vocab_size, 0, world).size();
+  float* local_logits = ws_.logits_local.as<float>();
+  // Collectives may only be queued; what follows reads their results.
+  RETURN_IF_ERROR(comm_->Wait());
   if (device_logits != nullptr) {
-    // [world][rows][vmax] -> [rows][vocab], on the device.
-    RETURN_IF_ERROR(Reserve(backend_, &ws_.logits_device, rows * vocab * sizeof(float),
+    logits->clear();
+  } else {
+    logits->resize(keep * vocab);
+  }
+  if (world == 1) {
+    if (device_logits != nullptr) {
+      *device_logits = local_logits;
+      return absl::OkStatus();
+    }
+    be.CopyToHost(logits->data(), local_logits, keep * vocab * sizeof(float));
+    return absl::OkStatus();
+  }
+  // Gathered: [world][rows][vmax] -> [keep][vocab].
+  const float* gathered = local_logits;
+  if (device_logits != nullptr) {
+    RETURN_IF_ERROR(Reserve(backend_, &ws_.logits_device, keep * vocab * sizeof(float),
                             "gathered logits"));
     float* full = ws_.logits_device.as<float>();
     for (int rank = 0; rank < world; ++rank) {
       const Range part = EvenSplit(config_.vocab_size, rank, world);
-      for (int r = 0; r < rows; ++r) {
+      for (int r = 0; r < keep; ++r) {
         be.CopyOnDevice(full + r * vocab + part.begin,
                         gathered + (static_cast<size_t>(rank) * rows + r) * vmax,
                         part.size() * sizeof(float));
@@ -354,13 +384,102 @@ absl::Status LlamaModel::GatherLogits(int rows, std::vector<float>* logits,
   be.CopyToHost(host.data(), gathered, host.size() * sizeof(float));
   for (int rank = 0; rank < world; ++rank) {
     const Range part = EvenSplit(config_.vocab_size, rank, world);
-    for (int r = 0; r < rows; ++r) {
+    for (int r = 0; r < keep; ++r) {
       std::memcpy(logits->data() + r * vocab + part.begin,
                   host.data() + (static_cast<size_t>(rank) * rows + r) * vmax,
                   part.size() * sizeof(float));
     }
   }
   return absl::OkStatus();
+}
+
+namespace {
+
+// Decode batch sizes with a graph of their own; a batch runs in the smallest that holds it
+// (the padding rows are dummy sequences on the null block).
+constexpr int kGraphSizes[] = {1, 2, 4, 8, 16, 24, 32, 48, 64, 96, 128, 192, 256};
+
+int GraphSizeFor(int seqs) {
+  for (int size : kGraphSizes) {
+    if (seqs <= size) return size;
+  }
+  return 0;
+}
+
+// Block-table width of every graph: the most blocks a sequence can hold.
+int GraphBlocks(const ModelConfig& config, const kernels::KvCacheShape& shape) {
+  const int for_context =
+      (config.max_position_embeddings + shape.block_size - 1) / shape.block_size;
+  return std::min(for_context, shape.num_blocks);
+}
+
+}  // namespace
+
+bool LlamaModel::GraphEligible(const StepBatch& batch, const KvCache& cache) const {
+  if (!graphs_enabled_ || !backend_->SupportsGraphs() || !comm_->Capturable()) return false;
+  const int seqs = batch.num_seqs();
+  return batch.num_tokens() == seqs && static_cast<int>(batch.logits_rows.size()) == seqs &&
+         GraphSizeFor(seqs) > 0 &&
+         batch.max_blocks_per_seq <= GraphBlocks(config_, cache.shape());
+}
+
+absl::Status LlamaModel::ForwardWithGraph(const StepBatch& batch, KvCache* cache,
+                                          std::vector<float>* logits,
+                                          const float** device_logits) {
+  kernels::Backend& be = *backend_;
+  const int seqs = batch.num_seqs();
+  const int size = GraphSizeFor(seqs);
+  const int width = GraphBlocks(config_, cache->shape());
+  // The batch at the graph's shape: block tables widened to `width`, then dummy sequences
+  // (token 0 at position 0, K/V into the null block 0, which no sequence owns) up to `size`.
+  StepBatch padded;
+  padded.max_blocks_per_seq = width;
+  padded.query_start.push_back(0);
+  for (int s = 0; s < size; ++s) {
+    const bool real = s < seqs;
+    padded.token_ids.push_back(real ? batch.token_ids[s] : 0);
+    padded.positions.push_back(real ? batch.positions[s] : 0);
+    padded.slot_mapping.push_back(real ? batch.slot_mapping[s] : 0);
+    padded.query_start.push_back(s + 1);
+    padded.context_lens.push_back(real ? batch.context_lens[s] : 1);
+    for (int b = 0; b < width; ++b) {
+      padded.block_tables.push_back(
+          real && b < batch.max_blocks_per_seq
+              ? batch.block_tables[static_cast<size_t>(s) * batch.max_blocks_per_seq + b]
+              : 0);
+    }
+    padded.logits_rows.push_back(s);
+  }
+  RETURN_IF_ERROR(EnsureWorkspace(size, size, width, size));
+  // Graphs bake in pointers: the workspace's, the cache's and the backend's scratch.
+  if (graphs_generation_ != ws_.generation || graphs_cache_ != cache ||
+      graphs_epoch_ != be.GraphEpoch()) {
+    be.ClearGraphs();
+    graphs_.clear();
+    graphs_generation_ = ws_.generation;
+    graphs_cache_ = cache;
+    graphs_epoch_ = be.GraphEpoch();
+  }
+  const StepView step = UploadStep(padded);
+  if (auto it = graphs_.find(size); it != graphs_.end()) {
+    be.LaunchGraph(it->second);
+  } else {
+    // This step runs eagerly, which also grows every scratch buffer the step needs; then
+    // the same ops are recorded for the next steps of this size.
+    RETURN_IF_ERROR(EnqueueStep(step, cache, padded.logits_rows));
+    if (graphs_epoch_ == be.GraphEpoch() && be.BeginCapture()) {
+      const absl::Status captured = EnqueueStep(step, cache, padded.logits_rows);
+      const int id = be.EndCapture();
+      RETURN_IF_ERROR(captured);
+      if (id >= 0) {
+        graphs_[size] = id;
+      } else {
+        graphs_enabled_ = false;  // Logged by the backend; eager from now on.
+      }
+    }
+  }
+  RETURN_IF_ERROR(ReadLogits(size, seqs, logits, device_logits));
+  return CheckBackend(be, "forward pass (graph)");
 }
 
 }  // namespace tessera

@@ -3,6 +3,7 @@
 
 #include <cstdint>
 #include <filesystem>
+#include <map>
 #include <memory>
 #include <vector>
 
@@ -84,9 +85,30 @@ class LlamaModel {
 
  private:
   LlamaModel() = default;
+  // A step's metadata in backend memory (UploadStep) and the attention batch over it.
+  struct StepView {
+    int num_tokens = 0;
+    const int32_t* token_ids = nullptr;
+    const int32_t* positions = nullptr;
+    const int64_t* slots = nullptr;
+    kernels::AttentionBatch attention;
+  };
+
   absl::Status EnsureWorkspace(int num_tokens, int num_seqs, int max_blocks, int num_logits);
-  absl::Status GatherLogits(int num_rows, std::vector<float>* logits,
-                            const float** device_logits);
+  // Queues the copy of the step's metadata into the workspace (it must be big enough).
+  StepView UploadStep(const StepBatch& batch);
+  // Queues the whole step on the backend, nothing read back: the layers and, for
+  // `logits_rows`, the final norm and lm_head (and with tp > 1 the logits' all-gather).
+  absl::Status EnqueueStep(const StepView& step, KvCache* cache,
+                           const std::vector<int32_t>& logits_rows);
+  // The first `keep` of the `rows` logits rows EnqueueStep computed: to the host, or left
+  // on the device (*device_logits).
+  absl::Status ReadLogits(int rows, int keep, std::vector<float>* logits,
+                          const float** device_logits);
+  // Pure decode steps replay a backend graph per batch size (padded up to a captured one).
+  bool GraphEligible(const StepBatch& batch, const KvCache& cache) const;
+  absl::Status ForwardWithGraph(const StepBatch& batch, KvCache* cache,
+                                std::vector<float>* logits, const float** device_logits);
 
   ModelConfig config_;
   ShardLayout layout_;
@@ -106,7 +128,15 @@ class LlamaModel {
     // block tables), packed so one asynchronous copy uploads it: see StepMetadata.
     DeviceBuffer metadata;
     std::vector<uint8_t> metadata_host;
+    uint64_t generation = 0;  // Bumped whenever a buffer moves (graphs bake pointers in).
   } ws_;
+
+  // Decode graphs by padded batch size, valid for one workspace generation and one cache.
+  bool graphs_enabled_ = true;
+  std::map<int, int> graphs_;
+  uint64_t graphs_generation_ = 0;
+  uint64_t graphs_epoch_ = 0;
+  const KvCache* graphs_cache_ = nullptr;
 };
 
 }  // namespace tessera

@@ -80,11 +80,17 @@ CudaBackend::~CudaBackend() {
     if (s->data != nullptr) cudaFree(s->data);
   }
   if (staging_ != nullptr) cudaFreeHost(staging_);
+  for (cudaGraphExec_t g : graphs_) cudaGraphExecDestroy(g);
   cudaStreamDestroy(stream_);
 }
 
 void CudaBackend::Record(absl::Status status) {
-  if (status.ok() || !first_error_.ok()) return;
+  if (status.ok()) return;
+  if (capturing_) {  // Fails the capture, not the backend.
+    if (capture_error_.ok()) capture_error_ = std::move(status);
+    return;
+  }
+  if (!first_error_.ok()) return;
   std::fprintf(stderr, "tessera cuda backend (device %d): %s\n", device_,
                std::string(status.message()).c_str());
   first_error_ = std::move(status);
@@ -102,6 +108,11 @@ void CudaBackend::RecordCuda(cudaError_t err, const char* what) {
 
 void* CudaBackend::Ensure(Scratch& scratch, size_t bytes, const char* what) {
   if (bytes <= scratch.bytes) return scratch.data;
+  if (capturing_) {
+    Record(absl::FailedPreconditionError(absl::StrCat("growing ", what, " while capturing a graph")));
+    return nullptr;
+  }
+  ++graph_epoch_;  // Graphs that baked in the old buffer must not replay.
   if (scratch.data != nullptr) {
     // Kernels queued on the stream may still read the old buffer.
     RecordCuda(cudaStreamSynchronize(stream_), "cudaStreamSynchronize");
@@ -136,6 +147,10 @@ void CudaBackend::Free(void* ptr) {
 
 void CudaBackend::CopyToDevice(void* dst, const void* host_src, size_t bytes) {
   if (bytes == 0) return;
+  if (capturing_) {
+    Record(absl::FailedPreconditionError("a synchronous copy to the device while capturing a graph"));
+    return;
+  }
   RecordCuda(cudaMemcpyAsync(dst, host_src, bytes, cudaMemcpyHostToDevice, stream_),
              "cudaMemcpyAsync host to device");
   // The caller may reuse host_src as soon as we return.
@@ -145,6 +160,10 @@ void CudaBackend::CopyToDevice(void* dst, const void* host_src, size_t bytes) {
 
 void CudaBackend::CopyToDeviceAsync(void* dst, const void* host_src, size_t bytes) {
   if (bytes == 0) return;
+  if (capturing_) {
+    Record(absl::FailedPreconditionError("a staged copy to the device while capturing a graph"));
+    return;
+  }
   // Copies from pageable memory would wait for the stream; pinned ones run asynchronously.
   constexpr size_t kAlign = 256;
   const size_t padded = (bytes + kAlign - 1) / kAlign * kAlign;
@@ -154,6 +173,7 @@ void CudaBackend::CopyToDeviceAsync(void* dst, const void* host_src, size_t byte
     staged_ = 0;
     if (padded > staging_bytes_) {
       if (staging_ != nullptr) cudaFreeHost(staging_);
+  for (cudaGraphExec_t g : graphs_) cudaGraphExecDestroy(g);
       staging_ = nullptr;
       staging_bytes_ = 0;
       const size_t grown = std::max<size_t>(padded * 2, size_t{1} << 20);
@@ -182,6 +202,10 @@ void CudaBackend::CopyOnDevice(void* dst, const void* src, size_t bytes) {
 
 void CudaBackend::CopyToHost(void* host_dst, const void* src, size_t bytes) {
   if (bytes == 0) return;
+  if (capturing_) {
+    Record(absl::FailedPreconditionError("a copy to the host while capturing a graph"));
+    return;
+  }
   RecordCuda(cudaMemcpyAsync(host_dst, src, bytes, cudaMemcpyDeviceToHost, stream_),
              "cudaMemcpyAsync device to host");
   RecordCuda(cudaStreamSynchronize(stream_), "cudaStreamSynchronize after a copy to host");
@@ -189,6 +213,10 @@ void CudaBackend::CopyToHost(void* host_dst, const void* src, size_t bytes) {
 }
 
 void CudaBackend::Synchronize() {
+  if (capturing_) {
+    Record(absl::FailedPreconditionError("synchronising while capturing a graph"));
+    return;
+  }
   RecordCuda(cudaStreamSynchronize(stream_), "cudaStreamSynchronize");
   staged_ = 0;
 }
@@ -531,6 +559,54 @@ bool CudaBackend::SampleOnDevice(const float* logits, int vocab, const DeviceSam
     return false;
   }
   return true;
+}
+
+bool CudaBackend::BeginCapture() {
+  if (capturing_ || !first_error_.ok()) return false;
+  if (cudaStreamBeginCapture(stream_, cudaStreamCaptureModeThreadLocal) != cudaSuccess) {
+    cudaGetLastError();
+    return false;
+  }
+  capturing_ = true;
+  capture_error_ = absl::OkStatus();
+  return true;
+}
+
+int CudaBackend::EndCapture() {
+  if (!capturing_) return -1;
+  capturing_ = false;
+  cudaGraph_t graph = nullptr;
+  const cudaError_t ended = cudaStreamEndCapture(stream_, &graph);
+  cudaGraphExec_t exec = nullptr;
+  bool ok = ended == cudaSuccess && capture_error_.ok() && graph != nullptr &&
+            cudaGraphInstantiate(&exec, graph, 0) == cudaSuccess;
+  if (graph != nullptr) cudaGraphDestroy(graph);
+  if (!ok) {
+    cudaGetLastError();  // A failed capture is not the backend's error.
+    if (exec != nullptr) cudaGraphExecDestroy(exec);
+    std::fprintf(stderr, "tessera cuda backend (device %d): graph capture failed (%s); running "
+                 "eagerly\n", device_,
+                 capture_error_.ok() ? cudaGetErrorString(ended)
+                                     : std::string(capture_error_.message()).c_str());
+    return -1;
+  }
+  graphs_.push_back(exec);
+  return static_cast<int>(graphs_.size()) - 1;
+}
+
+void CudaBackend::LaunchGraph(int id) {
+  if (id < 0 || id >= static_cast<int>(graphs_.size())) {
+    Record(absl::InvalidArgumentError(absl::StrCat("LaunchGraph: no graph ", id)));
+    return;
+  }
+  RecordCuda(cudaGraphLaunch(graphs_[id], stream_), "cudaGraphLaunch");
+  ++graph_launches_;
+}
+
+void CudaBackend::ClearGraphs() {
+  if (!graphs_.empty()) RecordCuda(cudaStreamSynchronize(stream_), "cudaStreamSynchronize");
+  for (cudaGraphExec_t g : graphs_) cudaGraphExecDestroy(g);
+  graphs_.clear();
 }
 
 }  // namespace tessera::kernels

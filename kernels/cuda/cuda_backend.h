@@ -8,6 +8,7 @@
 #include <memory>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
@@ -79,6 +80,14 @@ class CudaBackend final : public Backend {
                       const void* k_cache, const void* v_cache, const KvCacheShape& shape,
                       int num_q_heads, float scale, float* out) override;
   void Add(float* y, const float* x, size_t n) override;
+  bool SupportsGraphs() const override { return true; }
+  bool BeginCapture() override;
+  int EndCapture() override;
+  void LaunchGraph(int id) override;
+  void ClearGraphs() override;
+  uint64_t GraphEpoch() const override { return graph_epoch_; }
+  // Graph replays so far (for tests and benchmarks).
+  int64_t graph_launches() const { return graph_launches_; }
   bool HasDeviceSampler() const override { return true; }
   // Penalties on a device copy of the logits (when any row has them), the sampling kernel
   // on that copy, the raw log-probabilities from the original; one upload of the row
@@ -144,6 +153,13 @@ class CudaBackend final : public Backend {
   Scratch penalized_;    // SampleOnDevice: the logits with penalties applied.
   Scratch sample_io_;    // SampleOnDevice: parameters and penalty lists in, ids and logprobs out.
   Scratch fp8_inputs_;   // FP8 activations and their scale for one prefill GEMM.
+  // Stream capture: while capturing_, anything that would wait for the device or grow
+  // scratch marks the capture failed instead of running (and errors go to capture_error_).
+  bool capturing_ = false;
+  absl::Status capture_error_;
+  std::vector<cudaGraphExec_t> graphs_;
+  uint64_t graph_epoch_ = 0;  // Bumped when a scratch buffer is reallocated.
+  int64_t graph_launches_ = 0;
   // Pinned host memory for CopyToDeviceAsync; `staged_` bytes of it may still be in flight.
   void* staging_ = nullptr;
   size_t staging_bytes_ = 0;

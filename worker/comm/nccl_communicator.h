@@ -55,6 +55,7 @@ class NcclCommunicator final : public Communicator {
   absl::Status Broadcast(void* data, size_t bytes, int root) override;
   absl::Status Barrier() override;
   absl::Status Wait() override;
+  bool Capturable() const override { return queue_only_; }
   bool aborted() const override { return aborted_.load(std::memory_order_acquire); }
 
  private:

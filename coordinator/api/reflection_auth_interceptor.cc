@@ -8,6 +8,7 @@
 #include "common/logging.h"
 #include "google/protobuf/descriptor.h"
 #include "google/protobuf/message.h"
+#include "grpcpp/server_context.h"
 
 namespace tessera {
 namespace {

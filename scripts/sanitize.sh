@@ -35,5 +35,24 @@ export ASAN_OPTIONS="halt_on_error=1:detect_leaks=1:abort_on_error=0:print_stack
 export UBSAN_OPTIONS="halt_on_error=1:print_stacktrace=1:report_error_type=1"
 export LSAN_OPTIONS="suppressions=$ROOT/scripts/lsan.supp:print_suppressions=0"
 
+# Servers started by the e2e tests write their reports to their own logs, and a leak
+# found at a server's exit changes only an exit status that no test reads: so the logs
+# written during this run are searched too.
+SCRATCH="${TMPDIR:-/tmp}/tessera-tests"
+mkdir -p "$SCRATCH"
+MARKER=$(mktemp "$SCRATCH/.sanitize-start.XXXXXX")
+trap 'rm -f "$MARKER"' EXIT
+status=0
 ctest --test-dir "$BUILD" --output-on-failure -j "$(nproc)" --timeout 900 \
-  -LE gpu "$@"
+  -LE gpu "$@" || status=$?
+reports=$(find "$SCRATCH" -type f -newer "$MARKER" -exec \
+  grep -l -E "ERROR: (Address|Leak)Sanitizer|runtime error: |SUMMARY: UndefinedBehaviorSanitizer" {} + || true)
+if [ -n "$reports" ]; then
+  echo "sanitize.sh: sanitizer reports in the logs of processes started by the tests:" >&2
+  for f in $reports; do
+    echo "=== $f" >&2
+    grep -m1 -A30 -E "ERROR: (Address|Leak)Sanitizer|runtime error: " "$f" >&2 || true
+  done
+  status=1
+fi
+exit "$status"

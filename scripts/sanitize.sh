@@ -44,7 +44,7 @@ MARKER=$(mktemp "$SCRATCH/.sanitize-start.XXXXXX")
 trap 'rm -f "$MARKER"' EXIT
 status=0
 # Nothing is excluded but the gpu label: under ASan the whole suite, e2e included (chaos,
-# real-shape and memory tests too), took 505 s at -j2 on a 2-core VM (2026-12-03).
+# real-shape and memory tests too), took 448-505 s at -j2 on a 2-core VM (2026-12-03).
 ctest --test-dir "$BUILD" --output-on-failure -j "$(nproc)" --timeout 900 \
   -LE gpu "$@" || status=$?
 reports=$(find "$SCRATCH" -type f -newer "$MARKER" -exec \

@@ -25,6 +25,7 @@
 #include "common/quantization.h"
 #include "common/tokenizer/tokenizer.h"
 #include "coordinator/api/generation_service.h"
+#include "coordinator/api/reflection_auth_interceptor.h"
 #include "coordinator/api/unparseable_request_interceptor.h"
 #include "coordinator/cluster/cluster_manager.h"
 #include "coordinator/engine/engine.h"
@@ -349,6 +350,8 @@ int main(int argc, char** argv) {
   public_builder.AddChannelArgument(GRPC_ARG_MAX_CONCURRENT_STREAMS, static_cast<int>(max_concurrent_streams));
   std::vector<std::unique_ptr<grpc::experimental::ServerInterceptorFactoryInterface>> interceptors;
   interceptors.push_back(tessera::UnparseableRequestInterceptorFactory());
+  // Reflection asks for the API key too; health stays open for probes (see the header).
+  if (api_keys != nullptr) interceptors.push_back(tessera::ReflectionAuthInterceptorFactory(api_keys.get()));
   public_builder.experimental().SetInterceptorCreators(std::move(interceptors));
   tessera::RateLimitProtobufLogging();
   auto public_server = public_builder.BuildAndStart();

@@ -10,6 +10,7 @@ if [ "${1:-}" = --help ] || [ "${1:-}" = -h ]; then
   exit 0
 fi
 cd "$(dirname "$0")/.."
+./scripts/setup.sh >/dev/null  # clang and libFuzzer
 SECONDS_EACH=${1:-60}
 shift || true
 FUZZERS=("$@")
@@ -34,7 +35,13 @@ for f in "${FUZZERS[@]}"; do
   "$BUILD/fuzz/$f" -max_total_time="$SECONDS_EACH" -timeout=10 -rss_limit_mb=4096 \
     -artifact_prefix="$BUILD/crashes/$f-" -print_final_stats=1 "$corpus" 2>"$BUILD/$f.log" || {
     tail -40 "$BUILD/$f.log" >&2
-    echo "fuzz.sh: $f FAILED (reproducer in $BUILD/crashes/)" >&2
+    # The reproducers also go into the log as base64, for a CI run whose folder is gone.
+    for a in "$BUILD/crashes/$f-"*; do
+      [ -f "$a" ] || continue
+      echo "fuzz.sh: reproducer $a ($(stat -c %s "$a") bytes), base64:" >&2
+      head -c 65536 "$a" | base64 >&2
+    done
+    echo "fuzz.sh: $f FAILED (reproducer in $BUILD/crashes/; rerun: $BUILD/fuzz/$f FILE)" >&2
     exit 1
   }
   grep -E "^stat::number_of_executed_units|^Done" "$BUILD/$f.log" | tr '\n' ' '

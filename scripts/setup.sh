@@ -13,6 +13,10 @@ PACKAGES=(
   prometheus yamllint python3-grpcio python3-protobuf
   curl  # the HTTP API's end-to-end tests
   python3-pip
+  # scripts/fuzz.sh: clang with libFuzzer and its sanitizer runtimes (a Recommends of
+  # clang, so named here); llvm-symbolizer turns sanitizer reports into file:line.
+  # scripts/sanitize.sh needs only GCC's libasan/libubsan, which build-essential brings.
+  clang libclang-rt-14-dev llvm
 )
 
 missing=()

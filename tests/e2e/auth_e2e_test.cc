@@ -11,10 +11,12 @@
 #include <fstream>
 #include <string>
 #include <thread>
+#include <vector>
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "common/auth/secret.h"
+#include "grpcpp/generic/generic_stub.h"
 #include "gtest/gtest.h"
 #include "tests/e2e/http_get.h"
 #include "tessera/v1/worker.grpc.pb.h"
@@ -58,6 +60,47 @@ grpc::Status Stream(v1::Generation::Stub& stub, const std::string& key, int* tok
   return reader->Finish();
 }
 
+// One server-reflection call asking for the list of services (ServerReflectionRequest
+// with list_services = "*", field 7, written by hand: gRPC does not install the reflection
+// protos). `answers` gets every response's raw bytes.
+grpc::Status ListServicesByReflection(const std::shared_ptr<grpc::Channel>& channel, const std::string& key,
+                                      std::string* answers) {
+  grpc::GenericStub stub(channel);
+  grpc::ClientContext ctx;
+  ctx.set_deadline(DeadlineIn(std::chrono::seconds(30)));
+  if (!key.empty()) ctx.AddMetadata("authorization", "Bearer " + key);
+  grpc::CompletionQueue cq;
+  auto call = stub.PrepareCall(&ctx, "/grpc.reflection.v1alpha.ServerReflection/ServerReflectionInfo", &cq);
+  void* tag = nullptr;
+  bool ok = false;
+  auto step = [&] { return cq.Next(&tag, &ok) && ok; };
+  call->StartCall(&cq);
+  step();
+  const std::string request("\x3a\x01*", 3);
+  grpc::Slice slice(request);
+  grpc::ByteBuffer out(&slice, 1);
+  call->Write(out, &cq);
+  step();
+  call->WritesDone(&cq);
+  step();
+  answers->clear();
+  for (;;) {
+    grpc::ByteBuffer in;
+    call->Read(&in, &cq);
+    if (!step()) break;
+    std::vector<grpc::Slice> slices;
+    (void)in.Dump(&slices);
+    for (const grpc::Slice& s : slices) answers->append(reinterpret_cast<const char*>(s.begin()), s.size());
+  }
+  grpc::Status status;
+  call->Finish(&status, &cq);
+  cq.Next(&tag, &ok);
+  cq.Shutdown();
+  while (cq.Next(&tag, &ok)) {
+  }
+  return status;
+}
+
 constexpr char kCompletion[] = R"({"model": "stories260K", "prompt": "Once upon a time", "max_tokens": 4})";
 
 TEST(ApiKeysTest, WrongAndMissingKeysRefusedRightKeyServedAndKeysRotate) {
@@ -92,6 +135,29 @@ TEST(ApiKeysTest, WrongAndMissingKeysRefusedRightKeyServedAndKeysRotate) {
     EXPECT_EQ(stub->Generate(&ctx, GreedyText("Once", 2), &resp).error_code(), grpc::StatusCode::UNAUTHENTICATED);
   }
   EXPECT_TRUE(cluster->ModelInfo().ok());  // With the key (ClusterOptions::api_key).
+
+  // Reflection describes the API, so it wants the key too; without one no answer names a
+  // service. Health stays open for probes that cannot send a header.
+  std::string answers;
+  const grpc::Status no_key = ListServicesByReflection(cluster->channel(), "", &answers);
+  EXPECT_EQ(no_key.error_code(), grpc::StatusCode::UNAUTHENTICATED) << no_key.error_message();
+  EXPECT_FALSE(absl::StrContains(answers, "tessera")) << answers;
+  EXPECT_EQ(ListServicesByReflection(cluster->channel(), "key-two", &answers).error_code(),
+            grpc::StatusCode::UNAUTHENTICATED);
+  EXPECT_FALSE(absl::StrContains(answers, "tessera")) << answers;
+  const grpc::Status with_key = ListServicesByReflection(cluster->channel(), "key-one", &answers);
+  EXPECT_TRUE(with_key.ok()) << with_key.error_message();
+  EXPECT_TRUE(absl::StrContains(answers, "tessera.v1.Generation")) << answers;
+  {
+    auto health = grpc::health::v1::Health::NewStub(cluster->channel());
+    grpc::ClientContext ctx;
+    ctx.set_deadline(DeadlineIn(std::chrono::seconds(30)));
+    grpc::health::v1::HealthCheckRequest req;
+    grpc::health::v1::HealthCheckResponse resp;
+    const grpc::Status checked = health->Check(&ctx, req, &resp);
+    EXPECT_TRUE(checked.ok()) << checked.error_message();
+    EXPECT_EQ(resp.status(), grpc::health::v1::HealthCheckResponse::SERVING);
+  }
 
   // HTTP: 401 in OpenAI's shape without or with a wrong key; /health stays open.
   HttpResponse none = HttpCall(http_port, "POST", "/v1/completions", kCompletion, "");

@@ -35,14 +35,17 @@ std::filesystem::path SelfDir() {
 }
 
 pid_t Spawn(const std::vector<std::string>& args) {
+  // Built before fork: between fork and exec the child may only make async-signal-safe
+  // calls, since a lock some other thread held (the allocator's) stays locked there.
+  std::vector<char*> argv;
+  for (const auto& a : args) argv.push_back(const_cast<char*>(a.c_str()));
+  argv.push_back(nullptr);
+  const std::string cannot_run = absl::StrCat("tessera serve: cannot run ", args[0], "\n");
   const pid_t pid = ::fork();
   if (pid == 0) {
     ::setpgid(0, 0);  // Ctrl-C reaches us; we stop the children in order.
-    std::vector<char*> argv;
-    for (const auto& a : args) argv.push_back(const_cast<char*>(a.c_str()));
-    argv.push_back(nullptr);
     ::execv(argv[0], argv.data());
-    std::fprintf(stderr, "tessera serve: cannot run %s\n", args[0].c_str());
+    (void)!::write(STDERR_FILENO, cannot_run.data(), cannot_run.size());
     ::_exit(127);
   }
   return pid;

@@ -1,10 +1,8 @@
 #include "worker/comm/gloo_communicator.h"
 
-#include <sys/wait.h>
-#include <unistd.h>
-
 #include <chrono>
 #include <cstdio>
+#include <cstdlib>
 #include <functional>
 #include <thread>
 #include <vector>
@@ -12,6 +10,7 @@
 #include "absl/strings/str_cat.h"
 #include "common/rendezvous/kv_store_server.h"
 #include "gtest/gtest.h"
+#include "tests/support/child_test.h"
 
 namespace tessera {
 namespace {
@@ -192,30 +191,16 @@ TEST(GlooCommunicatorTest, SingleRankCollectivesAreLocal) {
   EXPECT_TRUE((*comm)->Barrier().ok());
 }
 
-// Rank 1 in a forked child process, rank 0 here: the deployment shape (one rank per process).
+// Rank 1 in a child process, rank 0 here: the deployment shape (one rank per process).
+// The child is this binary re-executed (tests/support/child_test.h), not a bare fork:
+// forking while the store server's threads run deadlocked the child's allocator under ASan.
 TEST(GlooCommunicatorTest, TwoProcesses) {
   auto server = KvStoreServer::Start("127.0.0.1", 0);
   ASSERT_TRUE(server.ok()) << server.status();
-  const GlooCommunicatorOptions child_options =
-      Options(**server, "fork", 1, 2, milliseconds(10000));
-  const pid_t pid = ::fork();
-  ASSERT_GE(pid, 0);
-  if (pid == 0) {
-    int code = 0;
-    {
-      auto comm = GlooCommunicator::Create(child_options);
-      if (!comm.ok()) {
-        std::fprintf(stderr, "child: %s\n", comm.status().ToString().c_str());
-        ::_exit(2);
-      }
-      std::vector<float> data(5000, 2.0f);
-      absl::Status s = (*comm)->AllReduceSum(data.data(), data.size());
-      if (!s.ok() || data[4999] != 3.0f) code = 3;
-      char msg[6] = {};
-      if (!(*comm)->Broadcast(msg, sizeof(msg), 0).ok() || std::string(msg) != "hello") code = 4;
-    }
-    ::_exit(code);
-  }
+  auto child = testing::ChildTest::Start(
+      "GlooCommunicatorTest.DISABLED_TwoProcessesChildRank",
+      {absl::StrCat("TESSERA_TEST_STORE_PORT=", (*server)->port())});
+  ASSERT_TRUE(child.ok()) << child.status();
   auto comm = GlooCommunicator::Create(Options(**server, "fork", 0, 2, milliseconds(10000)));
   ASSERT_TRUE(comm.ok()) << comm.status();
   std::vector<float> data(5000, 1.0f);
@@ -223,20 +208,32 @@ TEST(GlooCommunicatorTest, TwoProcesses) {
   EXPECT_EQ(data[0], 3.0f);
   char msg[6] = "hello";
   EXPECT_TRUE((*comm)->Broadcast(msg, sizeof(msg), 0).ok());
-  int wstatus = 0;
-  // Bounded wait for the child so a broken child cannot hang the test.
-  const auto deadline = Clock::now() + std::chrono::seconds(30);
-  pid_t done = 0;
-  while ((done = ::waitpid(pid, &wstatus, WNOHANG)) == 0 && Clock::now() < deadline) {
-    std::this_thread::sleep_for(milliseconds(10));
-  }
-  if (done == 0) {
-    ::kill(pid, SIGKILL);
-    ::waitpid(pid, &wstatus, 0);
-    FAIL() << "child rank did not exit";
-  }
-  ASSERT_TRUE(WIFEXITED(wstatus));
-  EXPECT_EQ(WEXITSTATUS(wstatus), 0);
+  // Bounded, so a broken child cannot hang the test.
+  absl::StatusOr<int> code = (*child)->Wait(std::chrono::seconds(30));
+  ASSERT_TRUE(code.ok()) << code.status();
+  EXPECT_EQ(*code, 0) << "the child rank failed (its output is above)";
+}
+
+// Rank 1 of TwoProcesses; runs only when that test starts it.
+TEST(GlooCommunicatorTest, DISABLED_TwoProcessesChildRank) {
+  if (!testing::ChildTest::InChild()) GTEST_SKIP() << "started by TwoProcesses";
+  const char* port = std::getenv("TESSERA_TEST_STORE_PORT");
+  ASSERT_NE(port, nullptr);
+  GlooCommunicatorOptions o;
+  o.store_host = "127.0.0.1";
+  o.store_port = std::atoi(port);
+  o.prefix = "fork";
+  o.rank = 1;
+  o.world_size = 2;
+  o.timeout = milliseconds(10000);
+  auto comm = GlooCommunicator::Create(o);
+  ASSERT_TRUE(comm.ok()) << comm.status();
+  std::vector<float> data(5000, 2.0f);
+  ASSERT_TRUE((*comm)->AllReduceSum(data.data(), data.size()).ok());
+  EXPECT_EQ(data[4999], 3.0f);
+  char msg[6] = {};
+  ASSERT_TRUE((*comm)->Broadcast(msg, sizeof(msg), 0).ok());
+  EXPECT_EQ(std::string(msg), "hello");
 }
 
 // Latency probe, not a test: run with --gtest_also_run_disabled_tests.

@@ -7,7 +7,6 @@
 
 #include "common/quantization.h"
 #include "gtest/gtest.h"
-#include "kernels/cuda/cuda_backend.h"
 #include "tests/support/test_model.h"
 #include "tests/worker/test_expected.h"
 #include "worker/backend_factory.h"
@@ -56,7 +55,8 @@ TEST_F(CudaForwardTest, RunsOnTheDevice) {
   EXPECT_EQ(DescribeBackend(*backend_).kind, "cuda");
 }
 
-// Decode steps replay a CUDA graph (captured at the first one) after the first step.
+// Decode steps replay a CUDA graph (captured at the first one) after the first step; that
+// they do is asserted in cuda_tensor_parallel_forward_test, which can name CudaBackend.
 TEST_F(CudaForwardTest, GreedyMatchesReferenceTokenForToken) {
   auto cache = Cache();
   ASSERT_NE(cache, nullptr);
@@ -64,9 +64,6 @@ TEST_F(CudaForwardTest, GreedyMatchesReferenceTokenForToken) {
   ASSERT_TRUE(result.ok()) << result.status();
   EXPECT_EQ(result->generated_ids, expected_.generated_ids);
   EXPECT_TRUE(BackendError(*backend_).ok()) << BackendError(*backend_);
-  const auto* cuda = dynamic_cast<const kernels::CudaBackend*>(backend_.get());
-  ASSERT_NE(cuda, nullptr);
-  EXPECT_GT(cuda->graph_launches(), 50) << "decode steps did not replay a graph";
 }
 
 TEST_F(CudaForwardTest, FirstStepLogitsMatchReference) {

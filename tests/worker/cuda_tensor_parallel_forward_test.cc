@@ -26,6 +26,7 @@ namespace {
 
 struct RankResult {
   absl::Status status;
+  int64_t graph_launches = 0;  // Decode steps replayed from a CUDA graph.
   SingleSequenceResult greedy;   // Whole prompt at once, 60 tokens.
   SingleSequenceResult chunked;  // Prefill 3 tokens per step, 20 tokens.
 };
@@ -73,6 +74,7 @@ RankResult RunRank(int rank, int world, const std::string& unique_id,
   };
   out.status = generate(60, 0, &out.greedy);
   if (out.status.ok()) out.status = generate(20, 3, &out.chunked);
+  out.graph_launches = (*backend)->graph_launches();
   return out;
 }
 
@@ -112,6 +114,8 @@ TEST_P(CudaTensorParallelForwardTest, GreedyMatchesReferenceOverNccl) {
                        std::abs(results[r].greedy.first_logits[i] - expected.first_logits[i]));
     }
     EXPECT_LT(worst, 1e-3f);
+    // 60 + 20 tokens: every decode step after each size's capture replays its graph.
+    EXPECT_GT(results[r].graph_launches, 60) << "decode steps did not replay a CUDA graph";
   }
 }
 

@@ -8,33 +8,13 @@
 #include <string>
 #include <type_traits>
 
+#include "kernels/cuda/attention_args.h"
 #include "kernels/cuda/device_util.cuh"
 #include "kernels/cuda/launchers.h"
 #include "kernels/cuda/paged_index.h"
 
 namespace tessera::kernels::gpu {
 namespace {
-
-// Arguments both kernels share, passed by value.
-struct AttentionArgs {
-  const float* q;
-  int q_stride;
-  const int32_t* query_start;
-  const int32_t* context_lens;
-  const int32_t* block_tables;
-  int max_blocks_per_seq;
-  int num_seqs;
-  const void* k_cache;
-  const void* v_cache;
-  const float* k_scales;  // FP8 caches: one scale per (slot, kv head); else null.
-  const float* v_scales;
-  int block_size;
-  int num_kv_heads;
-  int num_q_heads;
-  float scale;
-  int window;  // AttentionBatch::sliding_window; 0 = none.
-  float* out;  // [num_tokens, num_q_heads * head_dim]
-};
 
 // How each cache element type is read: four consecutive elements at element offset `off`
 // as floats (times the row's scale for FP8, applied by the kernels through Scale()).
@@ -410,34 +390,6 @@ bool CheckShapes(const char* what, const AttentionBatch& batch, const KvCacheSha
                            std::to_string(num_q_heads) + ")");
   }
   return true;
-}
-
-AttentionArgs MakeArgs(const float* q, int q_stride, const AttentionBatch& batch,
-                       const void* k_cache, const void* v_cache, const KvCacheShape& shape,
-                       int num_q_heads, float scale, float* out) {
-  const bool fp8 = shape.dtype == DType::kF8E4M3;
-  auto scales_of = [&](const void* cache) -> const float* {
-    return fp8 ? reinterpret_cast<const float*>(static_cast<const char*>(cache) +
-                                                shape.scales_offset())
-               : nullptr;
-  };
-  return AttentionArgs{q,
-                       q_stride,
-                       batch.query_start,
-                       batch.context_lens,
-                       batch.block_tables,
-                       batch.max_blocks_per_seq,
-                       batch.num_seqs,
-                       k_cache,
-                       v_cache,
-                       scales_of(k_cache),
-                       scales_of(v_cache),
-                       shape.block_size,
-                       shape.num_kv_heads,
-                       num_q_heads,
-                       scale,
-                       batch.sliding_window,
-                       out};
 }
 
 // Keys a sequence may hold at most: the width of its block-table row.

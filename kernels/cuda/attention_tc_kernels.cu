@@ -11,6 +11,7 @@
 
 #include <string>
 
+#include "kernels/cuda/attention_args.h"
 #include "kernels/cuda/device_util.cuh"
 #include "kernels/cuda/launchers.h"
 #include "kernels/cuda/paged_index.h"
@@ -35,26 +36,6 @@ __device__ __forceinline__ float CacheValue<__nv_fp8_e4m3>(const void* cache, in
   return static_cast<float>(static_cast<const __nv_fp8_e4m3*>(cache)[off]);
 }
 
-struct TcArgs {
-  const float* q;
-  int q_stride;
-  const int32_t* query_start;
-  const int32_t* context_lens;
-  const int32_t* block_tables;
-  int max_blocks_per_seq;
-  int num_seqs;
-  const void* k_cache;
-  const void* v_cache;
-  const float* k_scales;  // FP8 only.
-  const float* v_scales;
-  int block_size;
-  int num_kv_heads;
-  int num_q_heads;
-  float scale;
-  int window;
-  float* out;
-};
-
 // Dynamic shared memory of one block, in bytes.
 template <int D>
 constexpr size_t TcSharedBytes() {
@@ -63,7 +44,7 @@ constexpr size_t TcSharedBytes() {
 }
 
 template <int D, class T>
-__global__ void __launch_bounds__(kTcThreads) AttentionPrefillTcKernel(TcArgs a) {
+__global__ void __launch_bounds__(kTcThreads) AttentionPrefillTcKernel(AttentionArgs a) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
   using namespace nvcuda;
   extern __shared__ __align__(32) unsigned char smem[];
@@ -242,7 +223,8 @@ __global__ void __launch_bounds__(kTcThreads) AttentionPrefillTcKernel(TcArgs a)
 }
 
 template <int D, class T>
-bool LaunchTcFor(const TcArgs& args, int num_tokens, cudaStream_t stream, std::string* error) {
+bool LaunchTcFor(const AttentionArgs& args, int num_tokens, cudaStream_t stream,
+                 std::string* error) {
   constexpr size_t kBytes = TcSharedBytes<D>();
   // Above 48 KiB a kernel must opt in to dynamic shared memory, per device: so on every
   // launch (a cheap driver call next to a prefill).
@@ -282,29 +264,9 @@ bool LaunchPagedAttentionPrefillTc(const float* q, int q_stride, const Attention
                            " is not a positive multiple of num_kv_heads " +
                            std::to_string(shape.num_kv_heads));
   }
+  const AttentionArgs args =
+      MakeArgs(q, q_stride, batch, k_cache, v_cache, shape, num_q_heads, scale, out);
   const bool fp8 = shape.dtype == DType::kF8E4M3;
-  auto scales_of = [&](const void* cache) -> const float* {
-    return fp8 ? reinterpret_cast<const float*>(static_cast<const char*>(cache) +
-                                                shape.scales_offset())
-               : nullptr;
-  };
-  const TcArgs args{q,
-                    q_stride,
-                    batch.query_start,
-                    batch.context_lens,
-                    batch.block_tables,
-                    batch.max_blocks_per_seq,
-                    batch.num_seqs,
-                    k_cache,
-                    v_cache,
-                    scales_of(k_cache),
-                    scales_of(v_cache),
-                    shape.block_size,
-                    shape.num_kv_heads,
-                    num_q_heads,
-                    scale,
-                    batch.sliding_window,
-                    out};
   if (fp8) {
     return shape.head_dim == 64
                ? LaunchTcFor<64, __nv_fp8_e4m3>(args, batch.num_tokens, stream, error)

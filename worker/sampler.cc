@@ -62,76 +62,103 @@ double LogSumExp(const std::vector<float>& x) {
 
 }  // namespace
 
-SampledToken SampleToken(absl::Span<const float> raw, const SamplingParams& p,
-                         absl::Span<const int32_t> history, size_t output_start, uint64_t step) {
+double TokenDistribution::Probability(int32_t id) const {
+  for (size_t i = 0; i < ids.size(); ++i) {
+    if (ids[i] == id) return weights[i] / total;
+  }
+  return 0.0;
+}
+
+int32_t TokenDistribution::Draw(double u) const {
+  const double target = u * total;
+  double acc = 0;
+  for (size_t i = 0; i < ids.size(); ++i) {
+    acc += weights[i];
+    if (target < acc) return ids[i];
+  }
+  return ids.back();
+}
+
+TokenDistribution SamplingDistribution(absl::Span<const float> raw, const SamplingParams& p,
+                                       absl::Span<const int32_t> history, size_t output_start) {
   std::vector<float> logits(raw.begin(), raw.end());
-  // Logprobs report the raw model distribution (log_softmax of `raw`), before penalties
-  // and every sampling transform, as the public API documents.
-  const double lse = LogSumExp(logits);
   ApplyPenalties(logits, p, history, output_start);
   const int vocab = static_cast<int>(logits.size());
-
-  SampledToken out;
+  TokenDistribution d;
   if (p.greedy()) {
-    out.id = static_cast<int32_t>(std::max_element(logits.begin(), logits.end()) - logits.begin());
-  } else {
-    // Candidates by descending logit; truncation keeps a prefix of this order.
-    std::vector<int32_t> order(vocab);
-    std::iota(order.begin(), order.end(), 0);
-    const int k = p.top_k > 0 ? std::min(p.top_k, vocab) : vocab;
-    auto by_logit = [&](int32_t a, int32_t b) {
-      return logits[a] > logits[b] || (logits[a] == logits[b] && a < b);
-    };
-    std::partial_sort(order.begin(), order.begin() + k, order.end(), by_logit);
-    order.resize(k);
-    const double inv_t = 1.0 / p.temperature;
-    const double top = logits[order[0]];
-    std::vector<double> probs(k);
-    double total = 0;
-    for (int i = 0; i < k; ++i) {
-      probs[i] = std::exp((logits[order[i]] - top) * inv_t);
-      total += probs[i];
-    }
-    int keep = k;
-    if (p.min_p > 0.0f) {
-      // probs[0] is the largest: keep tokens with p >= min_p * p_max.
-      while (keep > 1 && probs[keep - 1] < p.min_p * probs[0]) --keep;
-    }
-    if (p.top_p < 1.0f) {
-      double cum = 0;
-      for (int i = 0; i < keep; ++i) {
-        cum += probs[i] / total;
-        if (cum >= p.top_p) {
-          keep = i + 1;
-          break;
-        }
-      }
-    }
-    double kept = 0;
-    for (int i = 0; i < keep; ++i) kept += probs[i];
-    const double u = UniformForStep(p.seed, step) * kept;
-    double acc = 0;
-    out.id = order[keep - 1];
+    d.ids = {static_cast<int32_t>(std::max_element(logits.begin(), logits.end()) - logits.begin())};
+    d.weights = {1.0};
+    d.total = 1.0;
+    return d;
+  }
+  // Candidates by descending logit; truncation keeps a prefix of this order.
+  std::vector<int32_t> order(vocab);
+  std::iota(order.begin(), order.end(), 0);
+  const int k = p.top_k > 0 ? std::min(p.top_k, vocab) : vocab;
+  auto by_logit = [&](int32_t a, int32_t b) {
+    return logits[a] > logits[b] || (logits[a] == logits[b] && a < b);
+  };
+  std::partial_sort(order.begin(), order.begin() + k, order.end(), by_logit);
+  order.resize(k);
+  const double inv_t = 1.0 / p.temperature;
+  const double top = logits[order[0]];
+  std::vector<double> probs(k);
+  double total = 0;
+  for (int i = 0; i < k; ++i) {
+    probs[i] = std::exp((logits[order[i]] - top) * inv_t);
+    total += probs[i];
+  }
+  int keep = k;
+  if (p.min_p > 0.0f) {
+    // probs[0] is the largest: keep tokens with p >= min_p * p_max.
+    while (keep > 1 && probs[keep - 1] < p.min_p * probs[0]) --keep;
+  }
+  if (p.top_p < 1.0f) {
+    double cum = 0;
     for (int i = 0; i < keep; ++i) {
-      acc += probs[i];
-      if (u < acc) {
-        out.id = order[i];
+      cum += probs[i] / total;
+      if (cum >= p.top_p) {
+        keep = i + 1;
         break;
       }
     }
   }
-  out.logprob = static_cast<float>(raw[out.id] - lse);
-  if (p.num_logprobs > 0) {
-    const int n = std::min(p.num_logprobs, vocab);
-    std::vector<int32_t> ids(vocab);
-    std::iota(ids.begin(), ids.end(), 0);
-    std::partial_sort(ids.begin(), ids.begin() + n, ids.end(), [&](int32_t a, int32_t b) {
-      return raw[a] > raw[b] || (raw[a] == raw[b] && a < b);
-    });
-    for (int i = 0; i < n; ++i) {
-      out.top_logprobs.emplace_back(ids[i], static_cast<float>(raw[ids[i]] - lse));
-    }
+  d.ids.assign(order.begin(), order.begin() + keep);
+  d.weights.assign(probs.begin(), probs.begin() + keep);
+  for (int i = 0; i < keep; ++i) d.total += probs[i];
+  return d;
+}
+
+double SamplingUniform(uint64_t seed, uint64_t step, uint64_t stream) {
+  return UniformForStep(stream == 0 ? seed : seed ^ SplitMix64(stream), step);
+}
+
+void FillLogprobs(absl::Span<const float> raw, int n, SampledToken* out) {
+  // Logprobs report the raw model distribution (log_softmax of `raw`), before penalties
+  // and every sampling transform, as the public API documents.
+  const std::vector<float> logits(raw.begin(), raw.end());
+  const double lse = LogSumExp(logits);
+  out->logprob = static_cast<float>(raw[out->id] - lse);
+  out->top_logprobs.clear();
+  if (n <= 0) return;
+  const int vocab = static_cast<int>(raw.size());
+  n = std::min(n, vocab);
+  std::vector<int32_t> ids(vocab);
+  std::iota(ids.begin(), ids.end(), 0);
+  std::partial_sort(ids.begin(), ids.begin() + n, ids.end(), [&](int32_t a, int32_t b) {
+    return raw[a] > raw[b] || (raw[a] == raw[b] && a < b);
+  });
+  for (int i = 0; i < n; ++i) {
+    out->top_logprobs.emplace_back(ids[i], static_cast<float>(raw[ids[i]] - lse));
   }
+}
+
+SampledToken SampleToken(absl::Span<const float> raw, const SamplingParams& p,
+                         absl::Span<const int32_t> history, size_t output_start, uint64_t step) {
+  const TokenDistribution d = SamplingDistribution(raw, p, history, output_start);
+  SampledToken out;
+  out.id = p.greedy() ? d.ids[0] : d.Draw(UniformForStep(p.seed, step));
+  FillLogprobs(raw, p.num_logprobs, &out);
   return out;
 }
 

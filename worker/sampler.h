@@ -17,6 +17,33 @@ struct SampledToken {
   std::vector<std::pair<int32_t, float>> top_logprobs;  // Best first.
 };
 
+// The distribution a token is drawn from: the kept candidates of one logits row after
+// penalties, temperature and top-k / min-p / top-p truncation, best first, with their
+// unnormalised weights (probability = weight / total). Greedy is the argmax alone.
+struct TokenDistribution {
+  std::vector<int32_t> ids;
+  std::vector<double> weights;
+  double total = 0;
+
+  double Probability(int32_t id) const;
+  // The candidate at which the cumulative weight passes u * total, for u in [0, 1).
+  int32_t Draw(double u) const;
+};
+
+// The distribution SampleToken draws from (same arguments).
+TokenDistribution SamplingDistribution(absl::Span<const float> logits,
+                                       const SamplingParams& params,
+                                       absl::Span<const int32_t> history, size_t output_start);
+
+// A uniform draw in [0, 1) fixed by (seed, step, stream): stream 0 is SampleToken's draw;
+// speculative verification takes its acceptance tests from other streams, so every
+// random choice of a seeded request is reproducible.
+double SamplingUniform(uint64_t seed, uint64_t step, uint64_t stream = 0);
+
+// log_softmax(logits)[id], and the top `n` of log_softmax(logits) (best first) into
+// `top` when n > 0: what a SampledToken reports.
+void FillLogprobs(absl::Span<const float> logits, int n, SampledToken* token);
+
 // Draws the next token from one row of logits. `history` is the sequence so far (prompt
 // and output) for the penalties; `output_start` is where the output begins in it (presence
 // and frequency penalties count only generated tokens, repetition counts all, as in vLLM).

@@ -30,6 +30,12 @@ struct GroupOptions {
   int max_blocks = 0;            // Cap (what max_num_seqs full contexts need); 0: none.
   std::string quantization;      // common/quantization.h spellings, passed to every rank.
   std::string kv_cache_dtype;
+  // Speculative decoding (see v1::LoadShardRequest): "", "ngram" or "draft".
+  std::string speculative_method;
+  int num_speculative_tokens = 0;
+  std::string draft_model_dir;
+  int prompt_lookup_min = 0;
+  int prompt_lookup_max = 0;
   std::string rendezvous_address;  // The coordinator's Gloo store, "host:port".
   // "gloo", "shm" (ranks on one host), "nccl" (CUDA workers), or "auto": nccl when every
   // rank registered a CUDA device, else shm when every rank shares a host, else gloo.

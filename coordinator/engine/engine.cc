@@ -212,6 +212,7 @@ void Engine::Handle(ReplicaAdded& m) {
   config.max_num_waiting = options_.max_queued_requests;
   config.max_num_waiting_tokens = options_.max_queued_tokens;
   config.priority_aging_arrivals = options_.priority_aging_arrivals;
+  config.num_speculative_tokens = options_.num_speculative_tokens;
   auto scheduler = sched::Scheduler::Create(config);
   if (!scheduler.ok()) {
     std::fprintf(stderr, "tessera-coordinator: replica %d: %s\n", index,
@@ -349,49 +350,66 @@ void Engine::Handle(StepDone& m) {
     FailReplicaNow(r, events.status());
     return;
   }
-  if (options_.metrics != nullptr) options_.metrics->StepSucceeded(r.index, r.plan.total_num_scheduled_tokens);
+  if (options_.metrics != nullptr) {
+    options_.metrics->StepSucceeded(r.index, r.plan.total_num_scheduled_tokens);
+    for (const v1::SpeculationProto& spec : m.result->speculation()) {
+      options_.metrics->SpeculationObserved(r.index, static_cast<int>(spec.num_proposed()),
+                                            static_cast<int>(spec.num_accepted()));
+    }
+  }
   ApplyEvents(r, *events, &*m.result);
 }
 
 void Engine::ApplyEvents(Replica& r, const std::vector<sched::SeqEvent>& events,
                          const v1::StepResponse* response) {
-  std::unordered_map<uint64_t, const v1::SampledTokenProto*> sampled;
-  for (const auto& s : response->sampled()) sampled[s.seq_id()] = &s;
+  // A sequence's tokens arrive as consecutive entries, in order (several with speculation).
+  std::unordered_map<uint64_t, std::vector<const v1::SampledTokenProto*>> sampled;
+  for (const auto& s : response->sampled()) sampled[s.seq_id()].push_back(&s);
   for (const sched::SeqEvent& ev : events) {
     auto it = live_.find(ev.seq_id);
     if (it == live_.end()) continue;
     Live& live = it->second;
     live.cached_tokens = std::max(live.cached_tokens, ev.num_cached_tokens);
     RequestEvent out;
-    if (ev.new_token_id.has_value()) {
-      const int32_t token = *ev.new_token_id;
-      const auto now = Clock::now();
+    const auto protos = sampled.find(ev.seq_id);
+    bool stopped_by_string = false;
+    const auto now = Clock::now();
+    // Tokens of one step (several with speculation) share the time since the last one, so
+    // the inter-token histogram keeps meaning time per output token.
+    const double share = live.completion_tokens > 0 && !ev.new_token_ids.empty()
+                             ? Seconds(now - live.last_token) / ev.new_token_ids.size()
+                             : 0.0;
+    for (size_t k = 0; k < ev.new_token_ids.size(); ++k) {
+      const int32_t token = ev.new_token_ids[k];
       if (live.completion_tokens == 0) {
         live.first_token = now;
       } else if (options_.metrics != nullptr && !live.warmup) {
-        options_.metrics->TokenEmitted(live.replica, Seconds(now - live.last_token));
+        options_.metrics->TokenEmitted(live.replica, share);
       }
       live.last_token = now;
       ++live.completion_tokens;
       out.token_ids.push_back(token);
-      out.text = live.output->Append(token);
+      out.text += live.output->Append(token);
       if (live.request.sampling.num_logprobs > 0) {
         TokenLogprobs lp;
         lp.token_id = token;
-        if (auto s = sampled.find(ev.seq_id); s != sampled.end()) {
-          lp.logprob = s->second->logprob();
-          for (int i = 0; i < s->second->top_ids_size(); ++i) {
-            lp.top.emplace_back(s->second->top_ids(i), s->second->top_logprobs(i));
-          }
+        if (protos != sampled.end() && k < protos->second.size()) {
+          const v1::SampledTokenProto& s = *protos->second[k];
+          lp.logprob = s.logprob();
+          for (int i = 0; i < s.top_ids_size(); ++i) lp.top.emplace_back(s.top_ids(i), s.top_logprobs(i));
         }
         out.logprobs.push_back(std::move(lp));
       }
-      if (live.output->stopped() && !ev.finish_reason.has_value()) {
-        if (!Deliver(r, ev.seq_id, std::move(out))) continue;
-        r.scheduler->Finish(ev.seq_id, sched::FinishReason::kStop).IgnoreError();
-        Finish(ev.seq_id, sched::FinishReason::kStop, absl::OkStatus());
-        continue;
+      if (live.output->stopped()) {
+        stopped_by_string = true;
+        break;  // Tokens after a stop string are not part of the output.
       }
+    }
+    if (stopped_by_string && !ev.finish_reason.has_value()) {
+      if (!Deliver(r, ev.seq_id, std::move(out))) continue;
+      r.scheduler->Finish(ev.seq_id, sched::FinishReason::kStop).IgnoreError();
+      Finish(ev.seq_id, sched::FinishReason::kStop, absl::OkStatus());
+      continue;
     }
     if (ev.finish_reason.has_value()) {
       out.text += live.output->Flush();

@@ -41,6 +41,9 @@ struct EngineOptions {
   int max_queued_requests = 0;
   int64_t max_queued_tokens = 0;
   int priority_aging_arrivals = 0;
+  // Speculative slots per decoding sequence and step (0: no speculation); the workers'
+  // proposer fills them (--speculative).
+  int num_speculative_tokens = 0;
   // Request metrics, readiness and the request log; not owned; null: none. With metrics
   // the engine runs a one-token warm-up generation on every replica it adds.
   EngineMetrics* metrics = nullptr;

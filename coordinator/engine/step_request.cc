@@ -30,6 +30,7 @@ v1::StepRequest ToStepRequest(const sched::StepPlan& plan,
     }
     req.add_scheduled_seq_ids(n.seq_id);
     req.add_num_scheduled_tokens(n.num_scheduled_tokens);
+    req.add_num_lookahead_tokens(n.num_lookahead_tokens);
   }
   for (const sched::CachedSeqData& c : plan.cached_seqs) {
     v1::CachedSequence* out = req.add_cached_sequences();
@@ -39,6 +40,7 @@ v1::StepRequest ToStepRequest(const sched::StepPlan& plan,
     out->set_num_computed_tokens(c.num_computed_tokens);
     req.add_scheduled_seq_ids(c.seq_id);
     req.add_num_scheduled_tokens(c.num_scheduled_tokens);
+    req.add_num_lookahead_tokens(c.num_lookahead_tokens);
   }
   return req;
 }

@@ -34,6 +34,12 @@ const Histogram::BucketBoundaries& CountBuckets() {
   return b;
 }
 
+// Tokens one speculative step gives a sequence: 1 + accepted proposals.
+const Histogram::BucketBoundaries& AcceptanceLengthBuckets() {
+  static const Histogram::BucketBoundaries b = {1, 2, 3, 4, 5, 6, 7, 8, 10, 12, 16};
+  return b;
+}
+
 prometheus::Family<Histogram>* Hist(prometheus::Registry& r, const char* name, const char* help) {
   return &prometheus::BuildHistogram().Name(name).Help(help).Register(r);
 }
@@ -60,6 +66,12 @@ EngineMetrics::EngineMetrics(EngineMetricsConfig config)
   prompt_tokens_ = Hist(r, "tessera_request_prompt_tokens", "Prompt tokens per finished request.");
   generation_tokens_ = Hist(r, "tessera_request_generation_tokens", "Generated tokens per finished request.");
   tokens_per_step_ = Hist(r, "tessera_tokens_per_step", "Tokens computed per engine step (prefill + decode).");
+  acceptance_length_ = Hist(r, "tessera_spec_decode_acceptance_length",
+                            "Tokens a sequence gained per speculative step (1 + accepted proposals).");
+  drafts_ = Count(r, "tessera_spec_decode_num_drafts_total", "Speculative proposals (sequence-steps with one).");
+  draft_tokens_ = Count(r, "tessera_spec_decode_num_draft_tokens_total", "Tokens proposed for speculation.");
+  accepted_tokens_ = Count(r, "tessera_spec_decode_num_accepted_tokens_total",
+                           "Proposed tokens the target model accepted.");
   requests_ = Count(r, "tessera_requests_total", "Finished requests by finish reason.");
   prompt_tokens_total_ = Count(r, "tessera_prompt_tokens_total", "Prompt tokens of finished requests.");
   generation_tokens_total_ = Count(r, "tessera_generation_tokens_total", "Generated tokens of finished requests.");
@@ -111,6 +123,10 @@ EngineMetrics::PerReplica& EngineMetrics::Replica(int replica) {
   p.prompt_tokens = &prompt_tokens_->Add(l, CountBuckets());
   p.generation_tokens = &generation_tokens_->Add(l, CountBuckets());
   p.tokens_per_step = &tokens_per_step_->Add(l, CountBuckets());
+  p.acceptance_length = &acceptance_length_->Add(l, AcceptanceLengthBuckets());
+  p.drafts = &drafts_->Add(l);
+  p.draft_tokens = &draft_tokens_->Add(l);
+  p.accepted_tokens = &accepted_tokens_->Add(l);
   p.prompt_tokens_total = &prompt_tokens_total_->Add(l);
   p.generation_tokens_total = &generation_tokens_total_->Add(l);
   p.preemptions = &preemptions_->Add(l);
@@ -156,6 +172,14 @@ void EngineMetrics::StepSucceeded(int replica, int num_scheduled_tokens) {
 
 void EngineMetrics::TokenEmitted(int replica, double seconds_since_previous_token) {
   Replica(replica).itl->Observe(seconds_since_previous_token);
+}
+
+void EngineMetrics::SpeculationObserved(int replica, int num_proposed, int num_accepted) {
+  PerReplica& p = Replica(replica);
+  p.drafts->Increment();
+  p.draft_tokens->Increment(num_proposed);
+  p.accepted_tokens->Increment(num_accepted);
+  p.acceptance_length->Observe(1 + num_accepted);
 }
 
 void EngineMetrics::RequestFinished(const FinishedRequestRecord& r) {

@@ -60,6 +60,8 @@ class EngineMetrics {
   void ReplicaFailed(int replica, absl::string_view reason);
   void StepSucceeded(int replica, int num_scheduled_tokens);
   void TokenEmitted(int replica, double seconds_since_previous_token);
+  // One sequence's speculative step: tokens proposed, and how many the target accepted.
+  void SpeculationObserved(int replica, int num_proposed, int num_accepted);
   void RequestFinished(const FinishedRequestRecord& r);
   void UpdateScheduler(int replica, const sched::SchedulerStats& stats);
   void LoopTick() { readiness_.LoopTick(); }
@@ -87,6 +89,10 @@ class EngineMetrics {
     prometheus::Histogram* prompt_tokens;
     prometheus::Histogram* generation_tokens;
     prometheus::Histogram* tokens_per_step;
+    prometheus::Histogram* acceptance_length;
+    prometheus::Counter* drafts;
+    prometheus::Counter* draft_tokens;
+    prometheus::Counter* accepted_tokens;
     prometheus::Counter* prompt_tokens_total;
     prometheus::Counter* generation_tokens_total;
     prometheus::Counter* preemptions;
@@ -118,6 +124,10 @@ class EngineMetrics {
   prometheus::Family<prometheus::Histogram>* prompt_tokens_;
   prometheus::Family<prometheus::Histogram>* generation_tokens_;
   prometheus::Family<prometheus::Histogram>* tokens_per_step_;
+  prometheus::Family<prometheus::Histogram>* acceptance_length_;
+  prometheus::Family<prometheus::Counter>* drafts_;
+  prometheus::Family<prometheus::Counter>* draft_tokens_;
+  prometheus::Family<prometheus::Counter>* accepted_tokens_;
   prometheus::Family<prometheus::Counter>* requests_;
   prometheus::Family<prometheus::Counter>* prompt_tokens_total_;
   prometheus::Family<prometheus::Counter>* generation_tokens_total_;

@@ -44,6 +44,10 @@ absl::StatusOr<std::unique_ptr<Scheduler>> Scheduler::Create(SchedulerConfig con
         "max_num_waiting (", config.max_num_waiting, "), max_num_waiting_tokens (", config.max_num_waiting_tokens,
         ") and priority_aging_arrivals (", config.priority_aging_arrivals, ") must be >= 0"));
   }
+  if (config.num_speculative_tokens < 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("num_speculative_tokens is ", config.num_speculative_tokens, "; must be >= 0"));
+  }
   if (config.long_prefill_token_threshold < 0 || config.max_model_len < 0) {
     return absl::InvalidArgumentError(
         absl::StrCat("long_prefill_token_threshold (", config.long_prefill_token_threshold,
@@ -143,6 +147,16 @@ int Scheduler::ChunkSize(int num_uncomputed_tokens, int budget) const {
   return n;
 }
 
+int Scheduler::Lookahead(const Sequence& seq, int budget) const {
+  if (config_.num_speculative_tokens == 0 || seq.num_uncomputed_tokens() != 1) return 0;
+  // The step emits at most 1 + lookahead tokens: never more than the request may still
+  // generate, nor past the context limit.
+  int n = std::min(config_.num_speculative_tokens, budget);
+  n = std::min(n, seq.options.max_new_tokens - seq.num_output_tokens() - 1);
+  if (config_.max_model_len > 0) n = std::min(n, config_.max_model_len - seq.num_tokens() - 1);
+  return std::max(n, 0);
+}
+
 // Priority policy: a waiting sequence that outranks the tail of the running queue takes
 // its place when blocks or seats are short. Done before anything is scheduled, so no
 // victim is already in the plan; strict priority comparison prevents ping-pong.
@@ -170,8 +184,14 @@ bool Scheduler::ScheduleRunning(int& budget, StepPlan& plan) {
   for (size_t i = 0; i < running_.size() && budget > 0;) {
     Sequence* seq = running_[i];
     const int n = ChunkSize(seq->num_uncomputed_tokens(), budget);
+    int lookahead = Lookahead(*seq, budget - n);
+    // Speculative slots are an extra: without blocks for them the sequence decodes plainly
+    // rather than evicting another.
+    if (lookahead > 0 && !kv_.AllocateSlots(seq->id, seq->num_computed_tokens, n + lookahead)) {
+      lookahead = 0;
+    }
     bool preempted_self = false;
-    while (!kv_.AllocateSlots(seq->id, seq->num_computed_tokens, n)) {
+    while (lookahead == 0 && !kv_.AllocateSlots(seq->id, seq->num_computed_tokens, n)) {
       // The back has not been scheduled this step: the loop runs front to back.
       Sequence* victim = running_.back();
       running_.pop_back();
@@ -183,8 +203,9 @@ bool Scheduler::ScheduleRunning(int& budget, StepPlan& plan) {
       }
     }
     if (preempted_self) break;
-    scheduled_.push_back({seq, n, !seq->known_to_workers});
-    budget -= n;
+    scheduled_.push_back({seq, n, !seq->known_to_workers, lookahead});
+    budget -= n + lookahead;
+    counters_.num_lookahead_slots += lookahead;
     ++i;
   }
   return preempted;
@@ -233,6 +254,7 @@ void Scheduler::BuildPlan(StepPlan& plan) {
         data.num_scheduled_tokens = s.num_tokens;
         data.samples_token = samples;
         data.sampling_handle = seq.options.sampling_handle;
+        data.num_lookahead_tokens = s.lookahead;
       } else {
         CachedSeqData& data = plan.cached_seqs.emplace_back();
         data.seq_id = seq.id;
@@ -242,18 +264,20 @@ void Scheduler::BuildPlan(StepPlan& plan) {
         data.num_computed_tokens = seq.num_computed_tokens;
         data.num_scheduled_tokens = s.num_tokens;
         data.samples_token = samples;
+        data.num_lookahead_tokens = s.lookahead;
       }
       seq.known_to_workers = true;
       seq.num_blocks_sent = static_cast<int>(table.size());
       seq.num_tokens_sent = seq.num_tokens();
-      plan.total_num_scheduled_tokens += s.num_tokens;
-      in_flight_.push_back({seq.id, s.num_tokens, samples});
+      plan.total_num_scheduled_tokens += s.num_tokens + s.lookahead;
+      in_flight_.push_back({seq.id, s.num_tokens, samples, s.lookahead, {}});
     }
   }
 }
 
-// Pairs each sampling entry of the step with its token. Workers answer in plan order, so
-// a straight walk usually does it; otherwise tokens are matched by sequence id.
+// Pairs the step's sampled tokens with its sequences: each sampling sequence gets its
+// consecutive entries (one, or with lookahead up to 1 + lookahead). Workers answer in plan
+// order, so a straight walk usually does it; otherwise tokens are grouped by sequence id.
 absl::Status Scheduler::MatchSampledTokens(const StepResult& result) {
   for (const SampledToken& s : result.sampled) {
     if (s.token_id < 0) {
@@ -263,36 +287,39 @@ absl::Status Scheduler::MatchSampledTokens(const StepResult& result) {
   }
   size_t next = 0;
   for (InFlight& f : in_flight_) {
-    f.token_id = -1;
-    if (f.samples_token && next < result.sampled.size() &&
-        result.sampled[next].seq_id == f.seq_id) {
-      f.token_id = result.sampled[next++].token_id;
+    f.tokens.clear();
+    if (!f.samples_token) continue;
+    while (next < result.sampled.size() && result.sampled[next].seq_id == f.seq_id) {
+      f.tokens.push_back(result.sampled[next++].token_id);
     }
   }
   if (next != result.sampled.size()) {
-    absl::flat_hash_map<SeqId, int32_t> by_id;
-    for (const SampledToken& s : result.sampled) {
-      if (!by_id.emplace(s.seq_id, s.token_id).second) {
-        return absl::InvalidArgumentError(
-            absl::StrCat("step ", step_id_, ": two tokens for sequence ", s.seq_id));
-      }
-    }
+    absl::flat_hash_map<SeqId, absl::InlinedVector<int32_t, 1>> by_id;
+    for (const SampledToken& s : result.sampled) by_id[s.seq_id].push_back(s.token_id);
     size_t num_matched = 0;
     for (InFlight& f : in_flight_) {
       auto it = f.samples_token ? by_id.find(f.seq_id) : by_id.end();
-      f.token_id = it == by_id.end() ? -1 : it->second;
-      num_matched += it != by_id.end();
+      f.tokens.clear();
+      if (it == by_id.end()) continue;
+      f.tokens = it->second;
+      ++num_matched;
     }
     if (num_matched != by_id.size()) {
       return absl::InvalidArgumentError(absl::StrCat(
           "step ", step_id_, ": ", by_id.size() - num_matched,
-          " sampled tokens belong to sequences that were not sampling in this step"));
+          " sequences got tokens without sampling in this step"));
     }
   }
   for (const InFlight& f : in_flight_) {
-    if (f.samples_token && f.token_id < 0 && FindInFlight(f.seq_id) != nullptr) {
+    if (!f.samples_token || FindInFlight(f.seq_id) == nullptr) continue;
+    if (f.tokens.empty()) {
       return absl::InvalidArgumentError(
           absl::StrCat("step ", step_id_, ": no sampled token for sequence ", f.seq_id));
+    }
+    if (static_cast<int>(f.tokens.size()) > 1 + f.lookahead) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("step ", step_id_, ": ", f.tokens.size(), " tokens for sequence ", f.seq_id,
+                       ", which had room for ", 1 + f.lookahead));
     }
   }
   return absl::OkStatus();
@@ -316,25 +343,33 @@ absl::StatusOr<std::vector<SeqEvent>> Scheduler::Update(const StepResult& result
     Sequence* found = FindInFlight(f.seq_id);
     if (found == nullptr) continue;  // Finished or aborted while the step ran.
     Sequence& seq = *found;
+    // Accepted speculative tokens were computed in this step too (their KV is written);
+    // the last token of the step is not, as without speculation.
+    const int accepted = f.samples_token ? static_cast<int>(f.tokens.size()) - 1 : 0;
+    absl::InlinedVector<int32_t, 1> emitted;
+    std::optional<FinishReason> stop;
+    for (const int32_t token : f.tokens) {
+      seq.token_ids.push_back(token);
+      emitted.push_back(token);
+      stop = CheckStop(seq);
+      if (stop.has_value()) break;  // Tokens after a stop are dropped.
+    }
     // Blocks are cached up to num_computed_tokens / block_size after every step, so only
-    // a step that crosses a block boundary has anything to cache.
+    // a step that crosses a block boundary has anything to cache. The tokens the cached
+    // blocks hold are all in token_ids by now.
     const int bs = config_.block_size;
-    const bool filled_a_block =
-        (seq.num_computed_tokens + f.num_tokens) / bs > seq.num_computed_tokens / bs;
-    seq.num_computed_tokens += f.num_tokens;
+    const int computed = seq.num_computed_tokens + f.num_tokens + accepted;
+    const bool filled_a_block = computed / bs > seq.num_computed_tokens / bs;
+    seq.num_computed_tokens = std::min(computed, seq.num_tokens());
     if (filled_a_block) kv_.CacheFullBlocks(seq.id, seq.token_ids, seq.num_computed_tokens);
     if (!f.samples_token) continue;
-    const int32_t token = f.token_id;
-    seq.token_ids.push_back(token);
-    std::optional<FinishReason> stop = CheckStop(seq);
     if (stop.has_value()) {
       events.push_back(Release(seq, *stop));
       any_finished = true;
     } else {
-      events.push_back({seq.id, std::nullopt, std::nullopt, seq.num_output_tokens(),
-                        seq.num_cached_tokens});
+      events.push_back({seq.id, {}, std::nullopt, seq.num_output_tokens(), seq.num_cached_tokens});
     }
-    events.back().new_token_id = token;
+    events.back().new_token_ids = std::move(emitted);
   }
   if (any_finished) EraseFinished();
   step_in_flight_ = false;
@@ -462,7 +497,7 @@ SeqEvent Scheduler::Release(Sequence& seq, FinishReason reason) {
   kv_.Free(seq.id);
   if (seq.known_to_workers) pending_finished_ids_.push_back(seq.id);
   seq.status = SequenceStatus::kFinished;
-  return {seq.id, std::nullopt, reason, seq.num_output_tokens(),
+  return {seq.id, {}, reason, seq.num_output_tokens(),
           std::max(seq.num_cached_tokens, 0)};
 }
 

@@ -38,6 +38,10 @@ struct SchedulerConfig {
   // Sequences rank by priority * this + arrival, a fixed key, so a sequence is passed
   // by at most priority_aging_arrivals * (its priority - theirs) later arrivals.
   int priority_aging_arrivals = 0;
+  // Speculative decoding: a decoding sequence gets up to this many extra slots per step,
+  // counted in the token budget and the blocks it needs, for tokens the workers propose
+  // (prompt lookup or a draft model) and verify in the same forward pass. 0: off.
+  int num_speculative_tokens = 0;
 };
 
 struct SchedulerStats {
@@ -49,6 +53,7 @@ struct SchedulerStats {
   int64_t prefix_cache_queried_tokens = 0;
   int64_t prefix_cache_hit_tokens = 0;
   int64_t num_preemptions = 0;
+  int64_t num_lookahead_slots = 0;  // Speculative slots reserved in all steps so far.
 };
 
 // The scheduler of one replica. Each step: Schedule() builds a plan, the workers run it,
@@ -96,17 +101,21 @@ class Scheduler {
     Sequence* seq;
     int num_tokens;
     bool is_new;  // Not held by the workers: goes out as NewSeqData.
+    int lookahead = 0;
   };
   struct InFlight {
     SeqId seq_id;
     int num_tokens;
     bool samples_token;
-    int32_t token_id = -1;  // Filled from the step's result.
+    int lookahead = 0;
+    absl::InlinedVector<int32_t, 1> tokens;  // Filled from the step's result.
   };
 
   explicit Scheduler(SchedulerConfig config);
 
   int ChunkSize(int num_uncomputed_tokens, int budget) const;
+  // Speculative slots for a decoding sequence given what is left of the budget.
+  int Lookahead(const Sequence& seq, int budget) const;
   void PreemptForWaitingHead(StepPlan& plan);
   bool ScheduleRunning(int& budget, StepPlan& plan);
   void ScheduleWaiting(int& budget);

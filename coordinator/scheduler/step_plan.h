@@ -25,6 +25,9 @@ struct NewSeqData {
   int num_scheduled_tokens = 0;
   bool samples_token = false;   // The chunk reaches the last known token.
   uint64_t sampling_handle = 0;
+  // Slots reserved past the scheduled tokens for speculative tokens the workers propose
+  // and verify in this step (decode steps only; see SchedulerConfig).
+  int num_lookahead_tokens = 0;
 };
 
 // A sequence the workers hold from an earlier step.
@@ -35,6 +38,7 @@ struct CachedSeqData {
   int num_computed_tokens = 0;
   int num_scheduled_tokens = 0;
   bool samples_token = false;
+  int num_lookahead_tokens = 0;  // As in NewSeqData.
 };
 
 struct StepPlan {
@@ -55,7 +59,9 @@ struct SampledToken {
   int32_t token_id = 0;
 };
 
-// What the workers return: one token for each sequence with samples_token.
+// What the workers return: for each sequence with samples_token, one token, or with
+// lookahead up to 1 + num_lookahead_tokens tokens in order (the accepted speculative
+// tokens, then the target's own), as consecutive entries.
 struct StepResult {
   int64_t step_id = 0;
   std::vector<SampledToken> sampled;
@@ -64,7 +70,9 @@ struct StepResult {
 // Per-sequence outcome of a step, for streaming to the client.
 struct SeqEvent {
   SeqId seq_id = 0;
-  std::optional<int32_t> new_token_id;
+  // Tokens the sequence gained this step, in order (more than one with speculation);
+  // cut after a token that finished it.
+  absl::InlinedVector<int32_t, 1> new_token_ids;
   std::optional<FinishReason> finish_reason;
   int num_output_tokens = 0;
   int num_cached_tokens = 0;  // Prompt tokens served by the prefix cache.

@@ -191,8 +191,8 @@ TEST_P(SchedulerSimulationTest, InvariantsHoldAndOutputsMatchRunningAlone) {
     for (const SeqEvent& e : *events) {
       ASSERT_TRUE(live.contains(e.seq_id)) << "event for finished sequence " << e.seq_id;
       Tracked& t = tracked[e.seq_id];
-      ASSERT_TRUE(e.new_token_id.has_value());
-      t.output.push_back(*e.new_token_id);
+      ASSERT_EQ(e.new_token_ids.size(), 1u);
+      t.output.push_back(e.new_token_ids[0]);
       if (e.finish_reason.has_value()) {
         t.reason = e.finish_reason;
         t.finish_step = step;

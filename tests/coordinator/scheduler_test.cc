@@ -104,7 +104,8 @@ TEST(SchedulerTest, ChunkedPrefillUnderTheTokenBudget) {
   EXPECT_TRUE(p.cached_seqs[0].samples_token);
   std::vector<SeqEvent> events = MustUpdate(*s, Answer(p, [](SeqId) { return 77; }));
   ASSERT_EQ(events.size(), 1u);
-  EXPECT_EQ(events[0].new_token_id, 77);
+  ASSERT_EQ(events[0].new_token_ids.size(), 1u);
+  EXPECT_EQ(events[0].new_token_ids[0], 77);
   EXPECT_FALSE(events[0].finish_reason.has_value());
 
   p = s->Schedule();  // Decode: the token sampled last step goes to the workers.
@@ -174,7 +175,9 @@ std::vector<StepPlan> RunToEnd(Scheduler& s, std::vector<std::vector<int32_t>>* 
     StepPlan plan = s.Schedule();
     auto events = s.Update(exec.Execute(plan));
     EXPECT_TRUE(events.ok()) << events.status();
-    for (const SeqEvent& e : *events) (*outputs)[e.seq_id].push_back(*e.new_token_id);
+    for (const SeqEvent& e : *events) {
+      (*outputs)[e.seq_id].insert((*outputs)[e.seq_id].end(), e.new_token_ids.begin(), e.new_token_ids.end());
+    }
     plans.push_back(std::move(plan));
   }
   return plans;

@@ -9,6 +9,7 @@
 #include "absl/strings/str_cat.h"
 #include "common/status_macros.h"
 #include "worker/sampler.h"
+#include "worker/speculative/rejection_sampler.h"
 
 namespace tessera {
 namespace {
@@ -30,12 +31,17 @@ SamplingParams FromProto(const v1::SamplingConfig& s) {
 
 }  // namespace
 
-StepExecutor::StepExecutor(LlamaModel* model, std::unique_ptr<KvCache> cache)
-    : model_(model), cache_(std::move(cache)) {}
+StepExecutor::StepExecutor(LlamaModel* model, std::unique_ptr<KvCache> cache,
+                           std::unique_ptr<Proposer> proposer)
+    : model_(model), cache_(std::move(cache)), proposer_(std::move(proposer)) {}
 
 absl::Status StepExecutor::Apply(const v1::StepRequest& request) {
-  for (uint64_t id : request.finished_seq_ids()) seqs_.erase(id);
+  for (uint64_t id : request.finished_seq_ids()) {
+    seqs_.erase(id);
+    if (proposer_ != nullptr) proposer_->Forget(id);
+  }
   for (const v1::NewSequence& n : request.new_sequences()) {
+    if (proposer_ != nullptr) proposer_->Forget(n.seq_id());  // Its blocks are new.
     SeqState s;
     s.tokens.assign(n.token_ids().begin(), n.token_ids().end());
     s.blocks.assign(n.block_ids().begin(), n.block_ids().end());
@@ -59,6 +65,56 @@ absl::Status StepExecutor::Apply(const v1::StepRequest& request) {
   return absl::OkStatus();
 }
 
+absl::StatusOr<std::vector<DraftProposal>> StepExecutor::ProposeFor(
+    const v1::StepRequest& request, const std::vector<SeqState*>& scheduled) {
+  std::vector<DraftProposal> proposals(scheduled.size());
+  if (request.num_lookahead_tokens_size() == 0) return proposals;
+  if (request.num_lookahead_tokens_size() != request.scheduled_seq_ids_size()) {
+    return absl::InvalidArgumentError("num_lookahead_tokens and scheduled_seq_ids differ in length");
+  }
+  if (proposer_ == nullptr) return proposals;  // Lookahead slots simply go unused.
+  const int block_size = cache_->shape().block_size;
+  std::vector<ProposalRequest> asks;
+  std::vector<int> asked;
+  for (size_t i = 0; i < scheduled.size(); ++i) {
+    const SeqState& s = *scheduled[i];
+    const int lookahead = static_cast<int>(request.num_lookahead_tokens(i));
+    // Only a decode step (its one uncomputed token) speculates, within its blocks.
+    const int len = static_cast<int>(s.tokens.size());
+    if (lookahead <= 0 || request.num_scheduled_tokens(i) != 1 || s.num_computed + 1 != len) {
+      continue;
+    }
+    ProposalRequest& ask = asks.emplace_back();
+    ask.seq_id = request.scheduled_seq_ids(i);
+    ask.tokens = s.tokens;
+    ask.blocks = s.blocks;
+    ask.output_start = s.prompt_len;
+    ask.sampling = &s.sampling;
+    ask.max_tokens =
+        std::min(lookahead, static_cast<int>(s.blocks.size()) * block_size - len);
+    asked.push_back(static_cast<int>(i));
+  }
+  if (asks.empty()) return proposals;
+  ASSIGN_OR_RETURN(std::vector<DraftProposal> made, proposer_->Propose(asks));
+  const int vocab = model_->config().vocab_size;
+  for (size_t a = 0; a < asked.size(); ++a) {
+    DraftProposal& p = made[a];
+    if (static_cast<int>(p.tokens.size()) > asks[a].max_tokens) {
+      p.tokens.resize(asks[a].max_tokens);
+      if (!p.distributions.empty()) p.distributions.resize(asks[a].max_tokens);
+    }
+    for (int32_t t : p.tokens) {
+      if (t < 0 || t >= vocab) {
+        return absl::InternalError(absl::StrCat("the ", std::string(proposer_->name()),
+                                                " proposer proposed token ", t,
+                                                " outside the vocabulary"));
+      }
+    }
+    proposals[asked[a]] = std::move(p);
+  }
+  return proposals;
+}
+
 absl::Status StepExecutor::Execute(const v1::StepRequest& request, v1::StepResponse* response) {
   response->set_step_id(request.step_id());
   RETURN_IF_ERROR(Apply(request));
@@ -80,14 +136,19 @@ absl::Status StepExecutor::Execute(const v1::StepRequest& request, v1::StepRespo
     scheduled.push_back(&it->second);
     max_blocks = std::max(max_blocks, static_cast<int>(it->second.blocks.size()));
   }
+  ASSIGN_OR_RETURN(const std::vector<DraftProposal> proposals, ProposeFor(request, scheduled));
   batch.max_blocks_per_seq = max_blocks;
   // Decode sequences (one token) go first, so a backend can give them its decode attention
   // kernel (kernels::AttentionBatch::num_decode_seqs); the response keeps the request's order.
   std::vector<int> order(scheduled.size());
   std::iota(order.begin(), order.end(), 0);
-  std::stable_partition(order.begin(), order.end(),
-                        [&](int i) { return request.num_scheduled_tokens(i) == 1; });
-  std::vector<int> logits_seq;  // Index into `scheduled` per logits row.
+  std::stable_partition(order.begin(), order.end(), [&](int i) {
+    return request.num_scheduled_tokens(i) == 1 && proposals[i].tokens.empty();
+  });
+  // Per logits row, the sequence it belongs to; a speculating sequence has one row per
+  // token it feeds (its last token, then each proposed one), consecutive.
+  std::vector<int> logits_seq;
+  std::vector<int> first_row(scheduled.size(), -1);
   for (const int i : order) {
     SeqState& s = *scheduled[i];
     const int n = static_cast<int>(request.num_scheduled_tokens(i));
@@ -100,17 +161,38 @@ absl::Status StepExecutor::Execute(const v1::StepRequest& request, v1::StepRespo
           s.blocks.size(), " blocks"));
     }
     const bool samples = end == static_cast<int>(s.tokens.size());
-    batch.AddSequence(s.tokens, s.blocks, s.num_computed, end, block_size, samples);
-    if (samples) logits_seq.push_back(static_cast<int>(i));
+    const std::vector<int32_t>& drafts = proposals[i].tokens;
+    if (drafts.empty()) {
+      batch.AddSequence(s.tokens, s.blocks, s.num_computed, end, block_size, samples);
+      if (samples) {
+        first_row[i] = static_cast<int>(logits_seq.size());
+        logits_seq.push_back(i);
+      }
+    } else {
+      // The proposed tokens are scored in the same pass; their KV is written to the
+      // lookahead slots and simply overwritten later where they are rejected.
+      std::vector<int32_t> extended = s.tokens;
+      extended.insert(extended.end(), drafts.begin(), drafts.end());
+      const int rows = 1 + static_cast<int>(drafts.size());
+      batch.AddSequence(extended, s.blocks, s.num_computed, end + rows - 1, block_size, false);
+      first_row[i] = static_cast<int>(logits_seq.size());
+      for (int r = 0; r < rows; ++r) {
+        batch.logits_rows.push_back(batch.num_tokens() - rows + r);
+        logits_seq.push_back(i);
+      }
+    }
     s.num_computed = end;
   }
 
   // Where the backend samples on its device (CUDA), only token ids come back to the host;
-  // top-n logprobs still need the full rows here. Every rank decides alike (the same
-  // requests, the same backend kind), so all of them run the same collectives.
+  // top-n logprobs and speculative verification still need the full rows here. Every rank
+  // decides alike (the same requests, the same backend kind, the same proposals), so all
+  // of them run the same collectives.
   kernels::Backend& backend = *model_->backend();
+  const bool speculating = std::any_of(proposals.begin(), proposals.end(),
+                                       [](const DraftProposal& p) { return !p.tokens.empty(); });
   const bool on_device =
-      backend.HasDeviceSampler() &&
+      backend.HasDeviceSampler() && !speculating &&
       std::all_of(logits_seq.begin(), logits_seq.end(),
                   [&](int i) { return scheduled[i]->sampling.num_logprobs == 0; });
   const float* device_logits = nullptr;
@@ -123,7 +205,8 @@ absl::Status StepExecutor::Execute(const v1::StepRequest& request, v1::StepRespo
   // Every rank holds the full logits; rank 0 samples and answers for the group.
   if (model_->layout().rank != 0) return absl::OkStatus();
   const size_t vocab = model_->config().vocab_size;
-  std::vector<SampledToken> drawn(logits_seq.size());
+  // Tokens per scheduled sequence that samples (one, or with speculation up to 1 + drafts).
+  std::vector<std::vector<SampledToken>> drawn(scheduled.size());
   if (on_device) {
     std::vector<kernels::DeviceSamplingRow> rows(logits_seq.size());
     std::vector<int32_t> penalty_tokens;
@@ -144,29 +227,40 @@ absl::Status StepExecutor::Execute(const v1::StepRequest& request, v1::StepRespo
       return absl::InternalError(absl::StrCat("sampling on the ", std::string(backend.name()),
                                               " device failed: ", error));
     }
-    for (size_t row = 0; row < rows.size(); ++row) drawn[row] = {ids[row], logprobs[row], {}};
+    for (size_t row = 0; row < rows.size(); ++row) {
+      drawn[logits_seq[row]].push_back({ids[row], logprobs[row], {}});
+    }
   } else {
-    for (size_t row = 0; row < logits_seq.size(); ++row) {
-      const SeqState& s = *scheduled[logits_seq[row]];
+    for (size_t i = 0; i < scheduled.size(); ++i) {
+      if (first_row[i] < 0) continue;
+      const SeqState& s = *scheduled[i];
       const uint64_t step = s.tokens.size() - s.prompt_len;  // Index of the token drawn.
-      drawn[row] = SampleToken(absl::MakeConstSpan(logits_.data() + row * vocab, vocab),
-                               s.sampling, s.tokens, s.prompt_len, step);
+      const DraftProposal& proposal = proposals[i];
+      const float* rows = logits_.data() + static_cast<size_t>(first_row[i]) * vocab;
+      if (proposal.tokens.empty()) {
+        drawn[i].push_back(SampleToken(absl::MakeConstSpan(rows, vocab), s.sampling, s.tokens,
+                                       s.prompt_len, step));
+        continue;
+      }
+      drawn[i] = VerifyProposal(absl::MakeConstSpan(rows, (proposal.tokens.size() + 1) * vocab),
+                                static_cast<int>(vocab), proposal, s.sampling, s.tokens,
+                                s.prompt_len, step);
+      v1::SpeculationProto* spec = response->add_speculation();
+      spec->set_seq_id(request.scheduled_seq_ids(i));
+      spec->set_num_proposed(static_cast<uint32_t>(proposal.tokens.size()));
+      spec->set_num_accepted(static_cast<uint32_t>(drawn[i].size() - 1));
     }
   }
-  std::vector<size_t> order_of_rows(logits_seq.size());
-  std::iota(order_of_rows.begin(), order_of_rows.end(), size_t{0});
-  std::sort(order_of_rows.begin(), order_of_rows.end(),
-            [&](size_t a, size_t b) { return logits_seq[a] < logits_seq[b]; });
-  for (const size_t row : order_of_rows) {
-    const int i = logits_seq[row];
-    const SampledToken& t = drawn[row];
-    v1::SampledTokenProto* out = response->add_sampled();
-    out->set_seq_id(request.scheduled_seq_ids(i));
-    out->set_token_id(t.id);
-    out->set_logprob(t.logprob);
-    for (const auto& [id, lp] : t.top_logprobs) {
-      out->add_top_ids(id);
-      out->add_top_logprobs(lp);
+  for (size_t i = 0; i < scheduled.size(); ++i) {
+    for (const SampledToken& t : drawn[i]) {
+      v1::SampledTokenProto* out = response->add_sampled();
+      out->set_seq_id(request.scheduled_seq_ids(i));
+      out->set_token_id(t.id);
+      out->set_logprob(t.logprob);
+      for (const auto& [id, lp] : t.top_logprobs) {
+        out->add_top_ids(id);
+        out->add_top_logprobs(lp);
+      }
     }
   }
   return absl::OkStatus();

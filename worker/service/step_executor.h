@@ -11,6 +11,7 @@
 #include "tessera/v1/worker.pb.h"
 #include "worker/kv_cache.h"
 #include "worker/llama_model.h"
+#include "worker/speculative/proposer.h"
 
 namespace tessera {
 
@@ -20,7 +21,10 @@ namespace tessera {
 // states stay identical without any exchange beyond the collectives.
 class StepExecutor {
  public:
-  StepExecutor(LlamaModel* model, std::unique_ptr<KvCache> cache);
+  // `proposer` (optional) proposes speculative tokens for the sequences the coordinator
+  // gives lookahead slots.
+  StepExecutor(LlamaModel* model, std::unique_ptr<KvCache> cache,
+               std::unique_ptr<Proposer> proposer = nullptr);
 
   absl::Status Execute(const v1::StepRequest& request, v1::StepResponse* response);
 
@@ -36,9 +40,14 @@ class StepExecutor {
     SamplingParams sampling;
   };
   absl::Status Apply(const v1::StepRequest& request);
+  // Proposals for the step's sequences (index into the request's scheduled ones); empty
+  // where none.
+  absl::StatusOr<std::vector<DraftProposal>> ProposeFor(const v1::StepRequest& request,
+                                                        const std::vector<SeqState*>& scheduled);
 
   LlamaModel* model_;
   std::unique_ptr<KvCache> cache_;
+  std::unique_ptr<Proposer> proposer_;
   std::unordered_map<uint64_t, SeqState> seqs_;
   std::vector<float> logits_;
 };

@@ -11,6 +11,8 @@
 #include "worker/backend_factory.h"
 #include "worker/comm/gloo_communicator.h"
 #include "worker/comm/shm_communicator.h"
+#include "worker/speculative/draft_model_proposer.h"
+#include "worker/speculative/ngram_proposer.h"
 #if defined(TESSERA_HAVE_NCCL)
 #include "common/rendezvous/kv_store_client.h"
 #include "worker/comm/nccl_communicator.h"
@@ -157,6 +159,7 @@ grpc::Status WorkerServiceImpl::Configure(grpc::ServerContext*, const v1::Config
   in_group_ = false;
   executor_.reset();
   model_.reset();
+  draft_model_.reset();
   {
     absl::MutexLock abort_lock(&abort_mu_);
     abortable_ = nullptr;
@@ -194,6 +197,16 @@ grpc::Status WorkerServiceImpl::LoadShard(grpc::ServerContext*, const v1::LoadSh
   in_group_ = false;
   executor_.reset();
   model_.reset();
+  draft_model_.reset();
+  speculative_method_.clear();
+  const std::string& method = request->speculative_method();
+  if (!method.empty() && method != "ngram" && method != "draft") {
+    return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
+                        absl::StrCat("speculative_method must be empty, ngram or draft, got ", method));
+  }
+  if (method == "draft" && request->draft_model_dir().empty()) {
+    return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, "speculative_method draft needs draft_model_dir");
+  }
   ModelLoadOptions load_options;
   if (auto q = ParseWeightQuantization(request->quantization()); q.ok()) {
     load_options.quantization = *q;
@@ -216,8 +229,28 @@ grpc::Status WorkerServiceImpl::LoadShard(grpc::ServerContext*, const v1::LoadSh
                                 load_options);
   if (!model.ok()) return ToGrpcStatus(model.status());
   model_ = std::move(*model);
+  if (method == "draft") {
+    // The draft is sharded over the same ranks and quantized and cached like the target.
+    auto draft = LlamaModel::Load(request->draft_model_dir(), backend_, comm_.get(), nullptr, load_options);
+    if (!draft.ok()) {
+      return ToGrpcStatus(absl::Status(draft.status().code(), absl::StrCat("draft model ", request->draft_model_dir(),
+                                                                           ": ", draft.status().message())));
+    }
+    if ((*draft)->config().vocab_size != model_->config().vocab_size) {
+      return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
+                          absl::StrCat("the draft model's vocabulary (", (*draft)->config().vocab_size,
+                                       " tokens) differs from the target's (", model_->config().vocab_size,
+                                       "): it must use the same tokenizer"));
+    }
+    draft_model_ = std::move(*draft);
+  }
+  speculative_method_ = method;
+  prompt_lookup_min_ = static_cast<int>(request->prompt_lookup_min());
+  prompt_lookup_max_ = static_cast<int>(request->prompt_lookup_max());
   const int block_size = request->block_size() > 0 ? static_cast<int>(request->block_size()) : 16;
-  const size_t per_block = model_->KvBytesPerBlock(block_size);
+  // A draft model keeps its KV in the same block ids as the target: a block costs both.
+  const size_t per_block = model_->KvBytesPerBlock(block_size) +
+                           (draft_model_ != nullptr ? draft_model_->KvBytesPerBlock(block_size) : 0);
   int64_t num_blocks;
   if (request->kv_memory_bytes() > 0) {
     num_blocks = static_cast<int64_t>(request->kv_memory_bytes() / per_block);
@@ -261,9 +294,20 @@ grpc::Status WorkerServiceImpl::InitCache(grpc::ServerContext*, const v1::InitCa
   auto cache = model_->CreateKvCache(static_cast<int>(request->num_blocks()),
                                      static_cast<int>(request->block_size()));
   if (!cache.ok()) return ToGrpcStatus(cache.status());
-  response->set_kv_cache_bytes((*cache)->bytes());
-  if (options_.metrics != nullptr) options_.metrics->CacheAllocated((*cache)->bytes());
-  executor_ = std::make_unique<StepExecutor>(model_.get(), std::move(*cache));
+  uint64_t cache_bytes = (*cache)->bytes();
+  std::unique_ptr<Proposer> proposer;
+  if (speculative_method_ == "ngram") {
+    proposer = std::make_unique<NgramProposer>(prompt_lookup_min_, prompt_lookup_max_);
+  } else if (speculative_method_ == "draft") {
+    auto draft_cache = draft_model_->CreateKvCache(static_cast<int>(request->num_blocks()),
+                                                   static_cast<int>(request->block_size()));
+    if (!draft_cache.ok()) return ToGrpcStatus(draft_cache.status());
+    cache_bytes += (*draft_cache)->bytes();
+    proposer = std::make_unique<DraftModelProposer>(draft_model_.get(), std::move(*draft_cache));
+  }
+  response->set_kv_cache_bytes(cache_bytes);
+  if (options_.metrics != nullptr) options_.metrics->CacheAllocated(cache_bytes);
+  executor_ = std::make_unique<StepExecutor>(model_.get(), std::move(*cache), std::move(proposer));
   in_group_ = true;
   return grpc::Status::OK;
 }
@@ -315,6 +359,7 @@ void WorkerServiceImpl::Leave(const std::string& reason) {
   // docs/architecture.md, "Group formation").
   executor_.reset();
   model_.reset();
+  draft_model_.reset();
   {
     absl::MutexLock abort_lock(&abort_mu_);
     abortable_ = nullptr;

@@ -55,6 +55,12 @@ class WorkerServiceImpl final : public v1::Worker::Service {
   std::unique_ptr<Communicator> comm_ ABSL_GUARDED_BY(mu_);
   TimedCommunicator* timed_comm_ ABSL_GUARDED_BY(mu_) = nullptr;  // comm_ when metrics are on.
   std::unique_ptr<LlamaModel> model_ ABSL_GUARDED_BY(mu_);
+  // Speculative decoding, as the last LoadShard asked: the draft model (method "draft")
+  // and the settings each InitCache builds the proposer from.
+  std::unique_ptr<LlamaModel> draft_model_ ABSL_GUARDED_BY(mu_);
+  std::string speculative_method_ ABSL_GUARDED_BY(mu_);
+  int prompt_lookup_min_ ABSL_GUARDED_BY(mu_) = 0;
+  int prompt_lookup_max_ ABSL_GUARDED_BY(mu_) = 0;
   std::unique_ptr<StepExecutor> executor_ ABSL_GUARDED_BY(mu_);
   std::atomic<bool> in_group_{false};
   // comm_ for Leave() to abort while a step holds mu_ (changed under both mutexes).

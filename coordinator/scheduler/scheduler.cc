@@ -184,7 +184,10 @@ bool Scheduler::ScheduleRunning(int& budget, StepPlan& plan) {
   for (size_t i = 0; i < running_.size() && budget > 0;) {
     Sequence* seq = running_[i];
     const int n = ChunkSize(seq->num_uncomputed_tokens(), budget);
-    int lookahead = Lookahead(*seq, budget - n);
+    // Speculation only spends budget the running sequences behind this one do not need
+    // for a token each: lookahead never pushes a sequence out of the step.
+    const int behind = static_cast<int>(running_.size() - i - 1);
+    int lookahead = Lookahead(*seq, budget - n - behind);
     // Speculative slots are an extra: without blocks for them the sequence decodes plainly
     // rather than evicting another.
     if (lookahead > 0 && !kv_.AllocateSlots(seq->id, seq->num_computed_tokens, n + lookahead)) {

@@ -126,6 +126,15 @@ int ServeMain(int argc, char** argv) {
   flags.String("quantization", &quantization, "Weights quantized at load time: none, int8 or fp8.");
   flags.String("kv-cache-dtype", &kv_cache_dtype, "KV-cache element type: auto, bf16, fp8 or fp32.");
   flags.String("policy", &policy, "Scheduling policy: fcfs or priority.");
+  std::string speculative = "none", draft_model;
+  int64_t num_speculative_tokens = 4, prompt_lookup_min = 2, prompt_lookup_max = 4;
+  flags.String("speculative", &speculative,
+               "Speculative decoding: none, ngram (prompt lookup) or draft (--draft-model); see "
+               "tessera-coordinator --help.");
+  flags.Int("num-speculative-tokens", &num_speculative_tokens, "Tokens proposed per decoding sequence and step.");
+  flags.String("draft-model", &draft_model, "--speculative=draft: the draft model folder (same tokenizer).");
+  flags.Int("prompt-lookup-min", &prompt_lookup_min, "--speculative=ngram: shortest suffix matched.");
+  flags.Int("prompt-lookup-max", &prompt_lookup_max, "--speculative=ngram: longest suffix matched.");
   flags.Int("metrics-port", &metrics_port,
             "Coordinator /metrics, /healthz, /readyz port; worker i uses metrics-port + 1 + i (0: off).");
   int64_t http_port = 8000;
@@ -246,6 +255,17 @@ int ServeMain(int argc, char** argv) {
   if (!api_keys_file.empty()) {
     coordinator_args.push_back("--api-keys-file");
     coordinator_args.push_back(api_keys_file);
+  }
+  if (speculative != "none") {
+    for (std::string flag : {absl::StrCat("--speculative=", speculative),
+                             absl::StrCat("--num-speculative-tokens=", num_speculative_tokens),
+                             absl::StrCat("--prompt-lookup-min=", prompt_lookup_min),
+                             absl::StrCat("--prompt-lookup-max=", prompt_lookup_max)}) {
+      coordinator_args.push_back(std::move(flag));
+    }
+    if (!draft_model.empty()) {
+      coordinator_args.push_back(absl::StrCat("--draft-model=", std::filesystem::absolute(draft_model).string()));
+    }
   }
   if (!chat_template.empty()) {
     coordinator_args.push_back("--chat-template");

@@ -57,6 +57,10 @@ VALUE_SETS = {
         "networkPolicy": {"apiFrom": [{"namespaceSelector": {"matchLabels": {"team": "apps"}}}],
                           "metricsFrom": [{"namespaceSelector": {"matchLabels": {"name": "monitoring"}}}]},
     },
+    "speculative_draft": {
+        "coordinator": {"speculative": {"method": "draft", "numTokens": 3,
+                                        "draftModelPath": "/models/llama-3.2-1b"}},
+    },
     "auth": {
         "auth": {"apiKeysSecret": "tessera-api-keys", "joinSecret": "tessera-join"},
         "tests": {"apiKeySecret": "tessera-test-key"},
@@ -392,6 +396,21 @@ class ChartShapeTest(unittest.TestCase):
             render({"coordinator": {"drainTimeoutSeconds": 120, "terminationGracePeriodSeconds": 60}})
         self.assertIn("terminationGracePeriodSeconds", str(e.exception))
 
+    def test_speculative_decoding_values_reach_the_coordinator(self):
+        args = component_template(objects({}), "coordinator")["spec"]["containers"][0]["args"]
+        self.assertFalse([a for a in args if a.startswith("--speculative")], "off by default")
+        args = component_template(objects(VALUE_SETS["speculative_draft"]), "coordinator")["spec"]["containers"][0]["args"]
+        for flag in ("--speculative=draft", "--num-speculative-tokens=3", "--draft-model=/models/llama-3.2-1b"):
+            self.assertIn(flag, args)
+        ngram = {"coordinator": {"speculative": {"method": "ngram", "promptLookupMin": 1}}}
+        args = component_template(objects(ngram), "coordinator")["spec"]["containers"][0]["args"]
+        self.assertIn("--speculative=ngram", args)
+        self.assertIn("--prompt-lookup-min=1", args)
+        self.assertFalse([a for a in args if a.startswith("--draft-model")])
+        with self.assertRaises(helm_python.HelmRenderError) as e:
+            render({"coordinator": {"speculative": {"method": "draft"}}})
+        self.assertIn("draftModelPath", str(e.exception))
+
     def test_leader_worker_set_places_multi_node_groups(self):
         objs = objects(VALUE_SETS["multinode_lws"])
         lws = by_kind(objs, "LeaderWorkerSet")[0]
@@ -668,6 +687,8 @@ class ValuesSchemaTest(unittest.TestCase):
         self.assertRejected({"model": {"source": "s3"}}, "/model/source")
         self.assertRejected({"model": {"path": "relative/dir"}}, "/model/path")
         self.assertRejected({"coordinator": {"kvMemoryFraction": 1.5}}, "/coordinator/kvMemoryFraction")
+        self.assertRejected({"coordinator": {"speculative": {"method": "medusa"}}}, "/coordinator/speculative/method")
+        self.assertRejected({"coordinator": {"speculative": {"numTokens": 0}}}, "/coordinator/speculative/numTokens")
         # A typo is an error, not a silently ignored key.
         self.assertRejected({"worker": {"gpus": 8}}, "/worker")
         self.assertRejected({"replica": 2}, "replica")

@@ -78,7 +78,8 @@ class FakeExecutor {
     for (const NewSeqData& d : plan.new_seqs) {
       EXPECT_FALSE(seqs_.contains(d.seq_id)) << "new sequence already held " << d.seq_id;
       seqs_[d.seq_id] = {d.token_ids, d.block_ids, d.num_computed_tokens};
-      Run(d.seq_id, d.num_computed_tokens, d.num_scheduled_tokens, d.samples_token, result);
+      Run(d.seq_id, d.num_computed_tokens, d.num_scheduled_tokens, d.samples_token,
+          d.num_lookahead_tokens, result);
     }
     for (const CachedSeqData& d : plan.cached_seqs) {
       auto it = seqs_.find(d.seq_id);
@@ -89,8 +90,12 @@ class FakeExecutor {
       WorkerSeq& s = it->second;
       s.tokens.insert(s.tokens.end(), d.new_token_ids.begin(), d.new_token_ids.end());
       s.blocks.insert(s.blocks.end(), d.new_block_ids.begin(), d.new_block_ids.end());
-      EXPECT_EQ(s.num_computed, d.num_computed_tokens) << "sequence " << d.seq_id;
-      Run(d.seq_id, d.num_computed_tokens, d.num_scheduled_tokens, d.samples_token, result);
+      // With speculation the worker computed proposals it then learnt were rejected; the
+      // scheduler's count (what is verified) is the one that holds.
+      EXPECT_LE(d.num_computed_tokens, s.num_computed) << "sequence " << d.seq_id;
+      s.num_computed = d.num_computed_tokens;
+      Run(d.seq_id, d.num_computed_tokens, d.num_scheduled_tokens, d.samples_token,
+          d.num_lookahead_tokens, result);
     }
     return result;
   }
@@ -113,7 +118,8 @@ class FakeExecutor {
                pos % block_size_];
   }
 
-  void Run(SeqId id, int num_computed, int num_scheduled, bool samples, StepResult& result) {
+  void Run(SeqId id, int num_computed, int num_scheduled, bool samples, int lookahead,
+           StepResult& result) {
     WorkerSeq& s = seqs_[id];
     const int end = num_computed + num_scheduled;
     ASSERT_LE(end, static_cast<int>(s.tokens.size())) << "sequence " << id;
@@ -132,7 +138,32 @@ class FakeExecutor {
     s.num_computed = end;
     EXPECT_EQ(samples, end == static_cast<int>(s.tokens.size())) << "sequence " << id;
     if (!samples) return;
-    result.sampled.push_back({id, TokenFromKv(At(s, end - 1).prefix_hash, vocab_size_)});
+    if (lookahead == 0) {
+      result.sampled.push_back({id, TokenFromKv(At(s, end - 1).prefix_hash, vocab_size_)});
+      return;
+    }
+    // Speculation, as a worker does it: up to `lookahead` proposals (right for a
+    // pseudo-random number of them, then wrong) get their KV written in the reserved
+    // slots, then each row's prediction (from the KV just written) verifies the next one.
+    ASSERT_LE(end + lookahead, static_cast<int>(s.blocks.size()) * block_size_)
+        << "sequence " << id << ": lookahead slots without blocks";
+    const uint64_t coin = ExtendPrefixHash(ExtendPrefixHash(h, id), end);
+    const int num_proposed = static_cast<int>(coin % (lookahead + 1));
+    const int num_right = static_cast<int>((coin >> 8) % (num_proposed + 1));
+    std::vector<int32_t> proposal;
+    uint64_t ph = h;
+    for (int j = 0; j < num_proposed; ++j) {
+      const int32_t truth = TokenFromKv(ph, vocab_size_);
+      proposal.push_back(j < num_right ? truth : (truth + 1) % vocab_size_);
+      ph = ExtendPrefixHash(ph, proposal.back());
+      At(s, end + j) = {ph, end + j};
+    }
+    for (int j = 0; j <= num_proposed; ++j) {
+      const int32_t predicted = TokenFromKv(At(s, end - 1 + j).prefix_hash, vocab_size_);
+      result.sampled.push_back({id, predicted});
+      if (j == num_proposed || proposal[j] != predicted) break;
+    }
+    s.num_computed = end + num_proposed;
   }
 
   const int block_size_;

@@ -30,6 +30,7 @@ struct SimParams {
   BlockHashFn hash_fn;
   int long_prefill_token_threshold;
   bool enable_prefix_caching;
+  int num_speculative_tokens = 0;
 };
 
 void PrintTo(const SimParams& params, std::ostream* os) { *os << params.name; }
@@ -86,16 +87,19 @@ void CheckBlocks(const Scheduler& s, const absl::flat_hash_set<SeqId>& live) {
 void CheckPlan(const StepPlan& plan, const SchedulerConfig& c) {
   absl::flat_hash_set<SeqId> scheduled;
   int total = 0;
-  auto visit = [&](SeqId id, int n) {
+  auto visit = [&](SeqId id, int n, int lookahead, bool samples) {
     ASSERT_TRUE(scheduled.insert(id).second) << "sequence " << id << " scheduled twice";
     ASSERT_GT(n, 0);
     if (c.long_prefill_token_threshold > 0) {
       ASSERT_LE(n, c.long_prefill_token_threshold);
     }
-    total += n;
+    ASSERT_GE(lookahead, 0);
+    ASSERT_LE(lookahead, c.num_speculative_tokens);
+    if (lookahead > 0) ASSERT_TRUE(samples && n == 1) << "lookahead outside a decode: " << id;
+    total += n + lookahead;
   };
-  for (const auto& d : plan.new_seqs) visit(d.seq_id, d.num_scheduled_tokens);
-  for (const auto& d : plan.cached_seqs) visit(d.seq_id, d.num_scheduled_tokens);
+  for (const auto& d : plan.new_seqs) visit(d.seq_id, d.num_scheduled_tokens, d.num_lookahead_tokens, d.samples_token);
+  for (const auto& d : plan.cached_seqs) visit(d.seq_id, d.num_scheduled_tokens, d.num_lookahead_tokens, d.samples_token);
   for (SeqId id : plan.preempted_ids) ASSERT_FALSE(scheduled.contains(id)) << id;
   ASSERT_EQ(total, plan.total_num_scheduled_tokens);
   ASSERT_LE(total, c.max_num_batched_tokens);
@@ -116,6 +120,7 @@ TEST_P(SchedulerSimulationTest, InvariantsHoldAndOutputsMatchRunningAlone) {
   c.enable_prefix_caching = params.enable_prefix_caching;
   c.eos_token_ids = {0};
   c.block_hash_fn = params.hash_fn;
+  c.num_speculative_tokens = params.num_speculative_tokens;
   auto created = Scheduler::Create(c);
   ASSERT_TRUE(created.ok()) << created.status();
   Scheduler& s = **created;
@@ -191,8 +196,9 @@ TEST_P(SchedulerSimulationTest, InvariantsHoldAndOutputsMatchRunningAlone) {
     for (const SeqEvent& e : *events) {
       ASSERT_TRUE(live.contains(e.seq_id)) << "event for finished sequence " << e.seq_id;
       Tracked& t = tracked[e.seq_id];
-      ASSERT_EQ(e.new_token_ids.size(), 1u);
-      t.output.push_back(e.new_token_ids[0]);
+      ASSERT_GE(e.new_token_ids.size(), 1u);
+      ASSERT_LE(static_cast<int>(e.new_token_ids.size()), 1 + c.num_speculative_tokens);
+      t.output.insert(t.output.end(), e.new_token_ids.begin(), e.new_token_ids.end());
       if (e.finish_reason.has_value()) {
         t.reason = e.finish_reason;
         t.finish_step = step;
@@ -233,6 +239,9 @@ TEST_P(SchedulerSimulationTest, InvariantsHoldAndOutputsMatchRunningAlone) {
   if (params.enable_prefix_caching) {
     EXPECT_GT(stats.prefix_cache_hit_tokens, 0);
   }
+  if (params.num_speculative_tokens > 0) {
+    EXPECT_GT(stats.num_lookahead_slots, 0);
+  }
 }
 
 INSTANTIATE_TEST_SUITE_P(
@@ -242,7 +251,9 @@ INSTANTIATE_TEST_SUITE_P(
         SimParams{"priority", SchedulingPolicy::kPriority, nullptr, 0, true},
         SimParams{"colliding_hash", SchedulingPolicy::kFcfs, &ConstantHash, 0, true},
         SimParams{"chunked_5", SchedulingPolicy::kPriority, nullptr, 5, true},
-        SimParams{"no_prefix_cache", SchedulingPolicy::kFcfs, nullptr, 0, false}),
+        SimParams{"no_prefix_cache", SchedulingPolicy::kFcfs, nullptr, 0, false},
+        SimParams{"speculative_3", SchedulingPolicy::kFcfs, nullptr, 0, true, 3},
+        SimParams{"speculative_5_priority_chunked", SchedulingPolicy::kPriority, nullptr, 5, true, 5}),
     [](const ::testing::TestParamInfo<SimParams>& info) { return std::string(info.param.name); });
 
 }  // namespace

@@ -197,6 +197,47 @@ TEST(SpeculativeServingTest, PreemptionKeepsGreedyOutput) {
   AcceptanceRate(spec);
 }
 
+// Sampled requests (temperature, top-p, penalties, logprobs) go through rejection
+// sampling on the workers: every request completes with its length, reproducibly for a
+// seed, with a logprob per token. (That the distribution is kept is the unit tests'
+// chi-square check, on the same verifier.)
+TEST(SpeculativeServingTest, SampledRequestsAreReproducibleAndComplete) {
+  TESSERA_REQUIRE_STORIES_MODEL();
+  for (int tp : {1, 2}) {
+    SCOPED_TRACE(absl::StrCat("tp ", tp));
+    auto cluster = Start(tp, {"--speculative=draft", "--num-speculative-tokens=3",
+                              absl::StrCat("--draft-model=", StoriesModelDir().string())});
+    ASSERT_NE(cluster, nullptr);
+    auto request = [](uint64_t seed) {
+      v1::GenerateRequest r = GreedyText(Prompts()[1], 40);
+      r.mutable_sampling()->set_temperature(0.9f);
+      r.mutable_sampling()->set_top_p(0.95f);
+      r.mutable_sampling()->set_repetition_penalty(1.1f);
+      r.mutable_sampling()->set_seed(seed);
+      r.set_logprobs(1);
+      return r;
+    };
+    std::vector<std::vector<int32_t>> first(4), second(4);
+    for (auto* out : {&first, &second}) {
+      std::vector<std::thread> threads;
+      for (int i = 0; i < 4; ++i) {
+        threads.emplace_back([&, i] {
+          const StreamResult r = RunStream(cluster->api(), request(100 + i));
+          EXPECT_TRUE(r.status.ok()) << r.status.error_message();
+          EXPECT_EQ(r.ids.size(), 40u);
+          EXPECT_EQ(r.logprobs.size(), r.ids.size());
+          (*out)[i] = r.ids;
+        });
+      }
+      for (auto& t : threads) t.join();
+    }
+    EXPECT_EQ(first, second) << "a seed must give the same tokens however requests batch";
+    EXPECT_NE(first[0], first[1]) << "different seeds gave the same 40 tokens";
+    const std::string metrics = HttpGet(cluster->metrics_port(), "/metrics").body;
+    EXPECT_GT(MetricSum(metrics, "tessera_spec_decode_num_accepted_tokens_total"), 0) << metrics;
+  }
+}
+
 TEST(SpeculativeServingTest, BadSpeculativeFlagsStopTheCoordinator) {
   TESSERA_REQUIRE_STORIES_MODEL();
   for (const std::vector<std::string>& flags : std::vector<std::vector<std::string>>{

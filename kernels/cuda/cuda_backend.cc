@@ -173,7 +173,6 @@ void CudaBackend::CopyToDeviceAsync(void* dst, const void* host_src, size_t byte
     staged_ = 0;
     if (padded > staging_bytes_) {
       if (staging_ != nullptr) cudaFreeHost(staging_);
-  for (cudaGraphExec_t g : graphs_) cudaGraphExecDestroy(g);
       staging_ = nullptr;
       staging_bytes_ = 0;
       const size_t grown = std::max<size_t>(padded * 2, size_t{1} << 20);

@@ -27,11 +27,11 @@ __global__ void EmbeddingGatherKernel(const int32_t* ids, int n, const T* table,
   }
 }
 
-// One block per row. With `delta`, hidden += delta first and is written back; the norm is
-// taken of the updated row. Each thread reads and writes only its own columns, so `out`
-// may alias `x`.
-__global__ void RmsNormKernel(const float* x, float* hidden, const float* delta,
-                              const float* weight, int dim, float eps, float* out) {
+// One block per row. With `delta` (activations), hidden += delta first and is written
+// back; the norm is taken of the updated float32 row. Each thread reads and writes only its
+// own columns, so `out` may alias `x` (float32 activations only).
+__global__ void RmsNormKernel(const float* x, float* hidden, const void* delta,
+                              const float* weight, int dim, float eps, void* out, bool bf16) {
   __shared__ float scratch[32];
   const int64_t row = blockIdx.x;
   const float* in = x != nullptr ? x + row * dim : hidden + row * dim;
@@ -39,7 +39,7 @@ __global__ void RmsNormKernel(const float* x, float* hidden, const float* delta,
   for (int j = threadIdx.x; j < dim; j += blockDim.x) {
     float v = in[j];
     if (delta != nullptr) {
-      v += delta[row * dim + j];
+      v += LoadAct(delta, row * dim + j, bf16);
       hidden[row * dim + j] = v;
     }
     sum_sq += v * v;
@@ -47,16 +47,16 @@ __global__ void RmsNormKernel(const float* x, float* hidden, const float* delta,
   const float total = BlockSum(sum_sq, scratch);
   const float inv_rms = 1.0f / sqrtf(total / static_cast<float>(dim) + eps);
   for (int j = threadIdx.x; j < dim; j += blockDim.x) {
-    out[row * dim + j] = in[j] * inv_rms * weight[j];
+    StoreAct(out, row * dim + j, in[j] * inv_rms * weight[j], bf16);
   }
 }
 
 // One thread per rotated pair (i, i + head_dim / 2). The angle is the float32 product
 // position * inv_freq[i], as on the CPU backend and in transformers; its cos and sin are
 // taken in double so the two backends agree to float rounding.
-__global__ void RopeKernel(float* qkv, int n, int row_stride, const int32_t* positions,
+__global__ void RopeKernel(void* qkv, int n, int row_stride, const int32_t* positions,
                            int heads, int head_dim, const float* inv_freq,
-                           float cos_sin_scale) {
+                           float cos_sin_scale, bool bf16) {
   const int half = head_dim / 2;
   const int64_t total = static_cast<int64_t>(n) * heads * half;
   for (int64_t e = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; e < total;
@@ -69,33 +69,30 @@ __global__ void RopeKernel(float* qkv, int n, int row_stride, const int32_t* pos
     sincos(static_cast<double>(angle), &sd, &cd);
     const float c = static_cast<float>(cd) * cos_sin_scale;
     const float s = static_cast<float>(sd) * cos_sin_scale;
-    float* p = qkv + t * row_stride + static_cast<int64_t>(h) * head_dim;
-    const float x1 = p[i];
-    const float x2 = p[i + half];
-    p[i] = x1 * c - x2 * s;
-    p[i + half] = x2 * c + x1 * s;
+    const int64_t p = t * row_stride + static_cast<int64_t>(h) * head_dim;
+    const float x1 = LoadAct(qkv, p + i, bf16);
+    const float x2 = LoadAct(qkv, p + i + half, bf16);
+    StoreAct(qkv, p + i, x1 * c - x2 * s, bf16);
+    StoreAct(qkv, p + i + half, x2 * c + x1 * s, bf16);
   }
 }
 
-__global__ void SiluMulKernel(const float* gate_up, int n, int inter, float* out) {
+__global__ void SiluMulKernel(const void* gate_up, int n, int inter, void* out, bool bf16) {
   const int64_t total = static_cast<int64_t>(n) * inter;
   for (int64_t e = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; e < total;
        e += static_cast<int64_t>(gridDim.x) * blockDim.x) {
     const int64_t i = e / inter;
     const int64_t j = e % inter;
-    const float g = gate_up[i * 2 * inter + j];
-    const float u = gate_up[i * 2 * inter + inter + j];
-    out[e] = g / (1.0f + expf(-g)) * u;
+    const float g = LoadAct(gate_up, i * 2 * inter + j, bf16);
+    const float u = LoadAct(gate_up, i * 2 * inter + inter + j, bf16);
+    StoreAct(out, e, g / (1.0f + expf(-g)) * u, bf16);
   }
 }
 
-__device__ __forceinline__ void StoreAs(float x, float* out) { *out = x; }
-__device__ __forceinline__ void StoreAs(float x, __nv_bfloat16* out) { *out = __float2bfloat16_rn(x); }
-
 template <typename T>
-__global__ void WriteKvCacheKernel(const float* k, const float* v, int row_stride,
+__global__ void WriteKvCacheKernel(const void* k, const void* v, int row_stride,
                                    const int64_t* slots, int n, int64_t width, int64_t num_slots,
-                                   T* k_cache, T* v_cache) {
+                                   T* k_cache, T* v_cache, bool bf16) {
   const int64_t total = static_cast<int64_t>(n) * width;
   for (int64_t e = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; e < total;
        e += static_cast<int64_t>(gridDim.x) * blockDim.x) {
@@ -103,17 +100,17 @@ __global__ void WriteKvCacheKernel(const float* k, const float* v, int row_strid
     const int64_t j = e % width;
     const int64_t slot = slots[i];
     if (slot < 0 || slot >= num_slots) continue;
-    StoreAs(k[i * row_stride + j], &k_cache[slot * width + j]);
-    StoreAs(v[i * row_stride + j], &v_cache[slot * width + j]);
+    StoreAs(LoadAct(k, i * row_stride + j, bf16), &k_cache[slot * width + j]);
+    StoreAs(LoadAct(v, i * row_stride + j, bf16), &v_cache[slot * width + j]);
   }
 }
 
 // FP8 rows: one warp per (token, head, K or V) finds the row's max |x|, stores x / scale
 // with scale = max / 448 (saturating, like the CPU's F32ToFp8E4M3) and the scale.
-__global__ void WriteKvCacheFp8Kernel(const float* k, const float* v, int row_stride,
+__global__ void WriteKvCacheFp8Kernel(const void* k, const void* v, int row_stride,
                                       const int64_t* slots, int n, int heads, int head_dim,
                                       int64_t num_slots, uint8_t* k_cache, uint8_t* v_cache,
-                                      float* k_scales, float* v_scales) {
+                                      float* k_scales, float* v_scales, bool bf16) {
   const int64_t warp = (blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x) / 32;
   const int lane = threadIdx.x % 32;
   if (warp >= static_cast<int64_t>(n) * heads * 2) return;  // Whole warps exit together.
@@ -122,50 +119,55 @@ __global__ void WriteKvCacheFp8Kernel(const float* k, const float* v, int row_st
   const int h = static_cast<int>((warp / 2) % heads);
   const int64_t slot = slots[i];
   if (slot < 0 || slot >= num_slots) return;
-  const float* src = (is_v ? v : k) + i * row_stride + static_cast<int64_t>(h) * head_dim;
+  const void* src = is_v ? v : k;
+  const int64_t base = i * row_stride + static_cast<int64_t>(h) * head_dim;
   float amax = 0.0f;
-  for (int d = lane; d < head_dim; d += 32) amax = fmaxf(amax, fabsf(src[d]));
+  for (int d = lane; d < head_dim; d += 32) {
+    amax = fmaxf(amax, fabsf(LoadAct(src, base + d, bf16)));
+  }
   amax = WarpMax(amax);
   const float scale = amax > 0.0f ? amax / 448.0f : 1.0f;
   const float inv = 1.0f / scale;
   const int64_t row = slot * heads + h;
   uint8_t* dst = (is_v ? v_cache : k_cache) + row * head_dim;
   for (int d = lane; d < head_dim; d += 32) {
-    const __nv_fp8_e4m3 q(src[d] * inv);
+    const __nv_fp8_e4m3 q(LoadAct(src, base + d, bf16) * inv);
     dst[d] = q.__x;
   }
   if (lane == 0) (is_v ? v_scales : k_scales)[row] = scale;
 }
 
-__global__ void AddBiasKernel(float* y, const float* bias, int64_t total, int dim) {
+__global__ void AddBiasKernel(void* y, const float* bias, int64_t total, int dim, bool bf16) {
   for (int64_t e = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; e < total;
        e += static_cast<int64_t>(gridDim.x) * blockDim.x) {
-    y[e] += bias[e % dim];
+    StoreAct(y, e, LoadAct(y, e, bf16) + bias[e % dim], bf16);
   }
 }
 
-__global__ void AddKernel(float* y, const float* x, size_t n) {
+__global__ void AddKernel(void* y, const void* x, size_t n, bool bf16) {
   for (size_t e = blockIdx.x * static_cast<size_t>(blockDim.x) + threadIdx.x; e < n;
        e += static_cast<size_t>(gridDim.x) * blockDim.x) {
-    y[e] += x[e];
+    StoreAct(y, e, LoadAct(y, e, bf16) + LoadAct(x, e, bf16), bf16);
   }
 }
 
-template <typename T>
-__global__ void ConvertKernel(const float* src, size_t n, T* dst);
-template <>
-__global__ void ConvertKernel<__nv_bfloat16>(const float* src, size_t n, __nv_bfloat16* dst) {
+// dst[e] = round-to-nearest-even(src[e]) in Out (a widening or a narrowing).
+template <typename In, typename Out>
+__global__ void ConvertKernel(const In* src, size_t n, Out* dst) {
   for (size_t e = blockIdx.x * static_cast<size_t>(blockDim.x) + threadIdx.x; e < n;
        e += static_cast<size_t>(gridDim.x) * blockDim.x) {
-    dst[e] = __float2bfloat16_rn(src[e]);
+    StoreAs(ToFloat(src[e]), &dst[e]);
   }
 }
-template <>
-__global__ void ConvertKernel<__half>(const float* src, size_t n, __half* dst) {
-  for (size_t e = blockIdx.x * static_cast<size_t>(blockDim.x) + threadIdx.x; e < n;
-       e += static_cast<size_t>(gridDim.x) * blockDim.x) {
-    dst[e] = __float2half_rn(src[e]);
+
+// The activation dtypes the kernels take: F32 (bf16 = false) or BF16.
+bool ActivationFlag(DType act, const char* what, bool* bf16, std::string* error) {
+  if (act != DType::kF32 && act != DType::kBF16) {
+    return Fail(error, std::string(what) + ": activation dtype " + DTypeName(act) +
+                           " is not supported (F32 or BF16)");
   }
+  *bf16 = act == DType::kBF16;
+  return true;
 }
 
 }  // namespace
@@ -200,54 +202,66 @@ bool LaunchEmbeddingGather(const int32_t* ids, int n, MatrixView table, int64_t 
   return CheckLaunch("EmbeddingGather", error);
 }
 
-bool LaunchRmsNorm(const float* x, const float* weight, int n, int dim, float eps, float* out,
-                   cudaStream_t stream, std::string* error) {
+bool LaunchRmsNorm(const float* x, const float* weight, int n, int dim, float eps, void* out,
+                   cudaStream_t stream, std::string* error, DType act) {
+  bool bf16 = false;
+  if (!ActivationFlag(act, "RmsNorm", &bf16, error)) return false;
   if (n <= 0) return true;
-  RmsNormKernel<<<n, kThreads, 0, stream>>>(x, nullptr, nullptr, weight, dim, eps, out);
+  RmsNormKernel<<<n, kThreads, 0, stream>>>(x, nullptr, nullptr, weight, dim, eps, out, bf16);
   return CheckLaunch("RmsNorm", error);
 }
 
-bool LaunchAddRmsNorm(float* hidden, const float* delta, const float* weight, int n, int dim,
-                      float eps, float* out, cudaStream_t stream, std::string* error) {
+bool LaunchAddRmsNorm(float* hidden, const void* delta, const float* weight, int n, int dim,
+                      float eps, void* out, cudaStream_t stream, std::string* error, DType act) {
+  bool bf16 = false;
+  if (!ActivationFlag(act, "AddRmsNorm", &bf16, error)) return false;
   if (n <= 0) return true;
-  RmsNormKernel<<<n, kThreads, 0, stream>>>(nullptr, hidden, delta, weight, dim, eps, out);
+  RmsNormKernel<<<n, kThreads, 0, stream>>>(nullptr, hidden, delta, weight, dim, eps, out, bf16);
   return CheckLaunch("AddRmsNorm", error);
 }
 
-bool LaunchRope(float* qkv, int n, int row_stride, const int32_t* positions, int num_q_heads,
+bool LaunchRope(void* qkv, int n, int row_stride, const int32_t* positions, int num_q_heads,
                 int num_kv_heads, int head_dim, const float* inv_freq, float cos_sin_scale,
-                cudaStream_t stream, std::string* error) {
+                cudaStream_t stream, std::string* error, DType act) {
   if (head_dim <= 0 || head_dim % 2 != 0) {
     return Fail(error, "Rope: head_dim " + std::to_string(head_dim) + " must be even");
   }
+  bool bf16 = false;
+  if (!ActivationFlag(act, "Rope", &bf16, error)) return false;
   const int heads = num_q_heads + num_kv_heads;
   if (n <= 0 || heads <= 0) return true;
   const int64_t total = static_cast<int64_t>(n) * heads * (head_dim / 2);
   RopeKernel<<<GridFor(total, kThreads), kThreads, 0, stream>>>(qkv, n, row_stride, positions,
                                                                 heads, head_dim, inv_freq,
-                                                                cos_sin_scale);
+                                                                cos_sin_scale, bf16);
   return CheckLaunch("Rope", error);
 }
 
-bool LaunchAddBias(float* y, const float* bias, int n, int dim, cudaStream_t stream,
-                   std::string* error) {
+bool LaunchAddBias(void* y, const float* bias, int n, int dim, cudaStream_t stream,
+                   std::string* error, DType act) {
+  bool bf16 = false;
+  if (!ActivationFlag(act, "AddBias", &bf16, error)) return false;
   if (n <= 0 || dim <= 0) return true;
   const int64_t total = static_cast<int64_t>(n) * dim;
-  AddBiasKernel<<<GridFor(total, kThreads), kThreads, 0, stream>>>(y, bias, total, dim);
+  AddBiasKernel<<<GridFor(total, kThreads), kThreads, 0, stream>>>(y, bias, total, dim, bf16);
   return CheckLaunch("AddBias", error);
 }
 
-bool LaunchSiluMul(const float* gate_up, int n, int inter, float* out, cudaStream_t stream,
-                   std::string* error) {
+bool LaunchSiluMul(const void* gate_up, int n, int inter, void* out, cudaStream_t stream,
+                   std::string* error, DType act) {
+  bool bf16 = false;
+  if (!ActivationFlag(act, "SiluMul", &bf16, error)) return false;
   if (n <= 0 || inter <= 0) return true;
   SiluMulKernel<<<GridFor(static_cast<int64_t>(n) * inter, kThreads), kThreads, 0, stream>>>(
-      gate_up, n, inter, out);
+      gate_up, n, inter, out, bf16);
   return CheckLaunch("SiluMul", error);
 }
 
-bool LaunchWriteKvCache(const float* k, const float* v, int row_stride, const int64_t* slots,
+bool LaunchWriteKvCache(const void* k, const void* v, int row_stride, const int64_t* slots,
                         int n, const KvCacheShape& shape, void* k_cache, void* v_cache,
-                        cudaStream_t stream, std::string* error) {
+                        cudaStream_t stream, std::string* error, DType act) {
+  bool bf16 = false;
+  if (!ActivationFlag(act, "WriteKvCache", &bf16, error)) return false;
   const int64_t width = static_cast<int64_t>(shape.num_kv_heads) * shape.head_dim;
   if (n <= 0 || width <= 0) return true;
   const int64_t num_slots = static_cast<int64_t>(shape.num_blocks) * shape.block_size;
@@ -255,12 +269,12 @@ bool LaunchWriteKvCache(const float* k, const float* v, int row_stride, const in
     case DType::kF32:
       WriteKvCacheKernel<<<GridFor(n * width, kThreads), kThreads, 0, stream>>>(
           k, v, row_stride, slots, n, width, num_slots, static_cast<float*>(k_cache),
-          static_cast<float*>(v_cache));
+          static_cast<float*>(v_cache), bf16);
       break;
     case DType::kBF16:
       WriteKvCacheKernel<<<GridFor(n * width, kThreads), kThreads, 0, stream>>>(
           k, v, row_stride, slots, n, width, num_slots, static_cast<__nv_bfloat16*>(k_cache),
-          static_cast<__nv_bfloat16*>(v_cache));
+          static_cast<__nv_bfloat16*>(v_cache), bf16);
       break;
     case DType::kF8E4M3: {
       auto scales = [&](void* cache) {
@@ -271,7 +285,7 @@ bool LaunchWriteKvCache(const float* k, const float* v, int row_stride, const in
                               0, stream>>>(
           k, v, row_stride, slots, n, shape.num_kv_heads, shape.head_dim, num_slots,
           static_cast<uint8_t*>(k_cache), static_cast<uint8_t*>(v_cache), scales(k_cache),
-          scales(v_cache));
+          scales(v_cache), bf16);
       break;
     }
     default:
@@ -280,32 +294,49 @@ bool LaunchWriteKvCache(const float* k, const float* v, int row_stride, const in
   return CheckLaunch("WriteKvCache", error);
 }
 
-bool LaunchAdd(float* y, const float* x, size_t n, cudaStream_t stream, std::string* error) {
+bool LaunchAdd(void* y, const void* x, size_t n, cudaStream_t stream, std::string* error,
+               DType act) {
+  bool bf16 = false;
+  if (!ActivationFlag(act, "Add", &bf16, error)) return false;
   if (n == 0) return true;
-  AddKernel<<<GridFor(static_cast<int64_t>(n), kThreads), kThreads, 0, stream>>>(y, x, n);
+  AddKernel<<<GridFor(static_cast<int64_t>(n), kThreads), kThreads, 0, stream>>>(y, x, n, bf16);
   return CheckLaunch("Add", error);
 }
 
-bool LaunchConvertF32(const float* src, size_t n, DType dtype, void* dst, cudaStream_t stream,
-                      std::string* error) {
+bool LaunchConvert(const void* src, DType src_dtype, size_t n, DType dtype, void* dst,
+                   cudaStream_t stream, std::string* error) {
   if (n == 0) return true;
   const unsigned grid = GridFor(static_cast<int64_t>(n), kThreads);
-  switch (dtype) {
-    case DType::kBF16:
-      ConvertKernel<<<grid, kThreads, 0, stream>>>(src, n, static_cast<__nv_bfloat16*>(dst));
-      break;
-    case DType::kF16:
-      ConvertKernel<<<grid, kThreads, 0, stream>>>(src, n, static_cast<__half*>(dst));
-      break;
-    case DType::kF32:
-      return Fail(error, "ConvertF32: target dtype F32 needs no conversion kernel");
-    case DType::kI8:
-    case DType::kF8E4M3:
-    case DType::kI32:
-    case DType::kU4:
-      return Fail(error, "ConvertF32: quantized targets need a scale; not a plain conversion");
+  auto to = [&](auto* in) {
+    switch (dtype) {
+      case DType::kF32:
+        ConvertKernel<<<grid, kThreads, 0, stream>>>(in, n, static_cast<float*>(dst));
+        return true;
+      case DType::kBF16:
+        ConvertKernel<<<grid, kThreads, 0, stream>>>(in, n, static_cast<__nv_bfloat16*>(dst));
+        return true;
+      case DType::kF16:
+        ConvertKernel<<<grid, kThreads, 0, stream>>>(in, n, static_cast<__half*>(dst));
+        return true;
+      default:
+        return false;
+    }
+  };
+  bool ok = false;
+  if (src_dtype != dtype) {
+    switch (src_dtype) {
+      case DType::kF32: ok = to(static_cast<const float*>(src)); break;
+      case DType::kBF16: ok = to(static_cast<const __nv_bfloat16*>(src)); break;
+      case DType::kF16: ok = to(static_cast<const __half*>(src)); break;
+      default: break;
+    }
   }
-  return CheckLaunch("ConvertF32", error);
+  if (!ok) {
+    return Fail(error, std::string("Convert: ") + DTypeName(src_dtype) + " to " +
+                           DTypeName(dtype) +
+                           " is not a conversion between two of F32, BF16 and F16");
+  }
+  return CheckLaunch("Convert", error);
 }
 
 }  // namespace tessera::kernels::gpu

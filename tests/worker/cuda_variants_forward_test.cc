@@ -2,6 +2,8 @@
 // tests/worker/reference_forward_test.cc checks against the numpy reference): llama3 and
 // yarn rope scaling past the original context, Qwen2 q/k/v biases with a sliding window on
 // later layers, Mistral's sliding window. Generated tiny checkpoints; skips without a device.
+#include <stdlib.h>
+
 #include <algorithm>
 #include <cmath>
 #include <functional>
@@ -43,8 +45,12 @@ struct Variant {
 
 class CudaVariantsForwardTest : public ::testing::TestWithParam<Variant> {};
 
+// Float32 activations (TESSERA_CUDA_ACTIVATIONS=f32): the exact twin of the CPU backend.
+// What the default BF16 activations promise is checked in cuda_forward_test.
 TEST_P(CudaVariantsForwardTest, GreedyAndLogitsMatchCpu) {
+  ::setenv("TESSERA_CUDA_ACTIVATIONS", "f32", 1);
   auto cuda = MakeBackend("cuda", 0);
+  ::unsetenv("TESSERA_CUDA_ACTIVATIONS");
   if (!cuda.ok()) GTEST_SKIP() << "no usable CUDA device: " << cuda.status();
   auto config = PresetConfig(GetParam().preset);
   ASSERT_TRUE(config.ok()) << config.status();

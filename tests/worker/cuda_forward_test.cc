@@ -27,13 +27,14 @@ namespace tessera {
 namespace {
 
 // BF16 activations round every GEMM output, attention output and norm to 8 bits of
-// mantissa (the residual stream stays float32): stories260K's logits (about +-15) move by
-// hundredths, so a near-tie may flip a greedy choice late in a generation, not the first
-// tokens; teacher-forced, the next-token choices agree with the float32 CPU backend's at the
-// quality gate of 8-bit formats. Bounds as in bf16_activation_quality_test.cc.
-constexpr int kBf16GreedyPrefix = 10;
+// mantissa (the residual stream and the logits stay float32). Emulated on the CPU
+// (cuda_bf16_emulation_test, which holds the measurements behind these bounds),
+// stories260K keeps all 60 reference tokens and 65 of 65 teacher-forced choices with
+// logits within 0.21; the first 16 tokens are decided by top-2 gaps of at least 0.5, later
+// ones by gaps down to 0.07 that another float summation order may flip.
+constexpr int kBf16GreedyPrefix = 16;
 constexpr float kBf16LogitBound = 0.5f;
-constexpr double kBf16Top1Agreement = 0.98;
+constexpr double kBf16Top1Agreement = 0.95;
 
 std::vector<int32_t> Prefix(const std::vector<int32_t>& ids, size_t n) {
   return std::vector<int32_t>(ids.begin(), ids.begin() + std::min(n, ids.size()));
@@ -155,6 +156,16 @@ TEST_P(CudaForwardTest, ChunkedPrefillGivesTheSameTokens) {
   }
 }
 
+// Largest |got - want|.
+float WorstAbsolute(const std::vector<float>& got, const std::vector<float>& want) {
+  EXPECT_EQ(got.size(), want.size());
+  float worst = 0;
+  for (size_t i = 0; i < want.size() && i < got.size(); ++i) {
+    worst = std::max(worst, std::abs(got[i] - want[i]));
+  }
+  return worst;
+}
+
 // Largest |got - want| / (1 + |want|).
 float WorstRelative(const std::vector<float>& got, const std::vector<float>& want) {
   EXPECT_EQ(got.size(), want.size());
@@ -174,7 +185,8 @@ float WorstRelative(const std::vector<float>& got, const std::vector<float>& wan
 // group's maximum, hence 1e-3 rather than 1e-4). A
 // 25-token prompt takes the BF16 prefill path (weights and activations rounded to BF16,
 // ~0.3 % per layer), compared at a bound that still catches a wrong scale or layout.
-// With BF16 activations every comparison takes that bound and the tokens the BF16 prefix.
+// With BF16 activations the logits are compared at kBf16LogitBound (absolute) and the
+// tokens over the BF16 prefix.
 TEST_P(CudaForwardTest, QuantizedWeightsMatchTheCpuBackend) {
   for (WeightQuantization q : {WeightQuantization::kInt8, WeightQuantization::kFp8}) {
     SCOPED_TRACE(WeightQuantizationName(q));
@@ -207,13 +219,21 @@ TEST_P(CudaForwardTest, QuantizedWeightsMatchTheCpuBackend) {
       EXPECT_EQ(Prefix(got->generated_ids, kBf16GreedyPrefix),
                 Prefix(want->generated_ids, kBf16GreedyPrefix));
     }
-    const float bound =
-        !exact() ? 5e-2f : q == WeightQuantization::kInt8 ? 1e-3f : 1e-4f;
-    EXPECT_LT(WorstRelative(got->first_logits, want->first_logits), bound);
+    // BF16 errors are absolute (~0.2 on logits near zero too): compared as such.
+    const auto expect_close = [&](const std::vector<float>& a, const std::vector<float>& b,
+                                  float relative_bound) {
+      if (exact()) {
+        EXPECT_LT(WorstRelative(a, b), relative_bound);
+      } else {
+        EXPECT_LT(WorstAbsolute(a, b), kBf16LogitBound);
+      }
+    };
+    const float bound = q == WeightQuantization::kInt8 ? 1e-3f : 1e-4f;
+    expect_close(got->first_logits, want->first_logits, bound);
 
     auto whole = run(**cuda_model, expected_.prompt_ids, 1, 0);
     ASSERT_TRUE(whole.ok()) << whole.status();
-    EXPECT_LT(WorstRelative(whole->first_logits, want->first_logits), bound);
+    expect_close(whole->first_logits, want->first_logits, bound);
 
     std::vector<int32_t> long_prompt = expected_.prompt_ids;
     long_prompt.insert(long_prompt.end(), want->generated_ids.begin(),
@@ -222,7 +242,7 @@ TEST_P(CudaForwardTest, QuantizedWeightsMatchTheCpuBackend) {
     auto long_got = run(**cuda_model, long_prompt, 1, 0);
     ASSERT_TRUE(long_want.ok()) << long_want.status();
     ASSERT_TRUE(long_got.ok()) << long_got.status();
-    EXPECT_LT(WorstRelative(long_got->first_logits, long_want->first_logits), 5e-2f);
+    expect_close(long_got->first_logits, long_want->first_logits, 5e-2f);
     EXPECT_TRUE(BackendError(*backend_).ok()) << BackendError(*backend_);
   }
 }

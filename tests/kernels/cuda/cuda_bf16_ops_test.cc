@@ -206,6 +206,40 @@ TEST_F(CudaBf16GemmTest, QuantizedWeightsGemvAndPrefill) {
   for (int64_t m : {1, 5, 17}) CheckQuantized(DType::kI8, m, 130, 1024, 32);
 }
 
+// Group-wise int4 (GPTQ/AWQ kU4): the fused GEMV's vector (group % 32 == 0) and scalar
+// paths, and the BF16 widening for m > 8.
+TEST_F(CudaBf16GemmTest, Int4WeightsGemvAndPrefill) {
+  struct Shape {
+    int64_t n, k;
+    int group;
+  };
+  for (const Shape& sh : {Shape{130, 1024, 128}, Shape{67, 1024, 0}, Shape{33, 200, 40}}) {
+    const int group = sh.group > 0 ? sh.group : static_cast<int>(sh.k);
+    const int64_t groups = sh.k / group;
+    std::mt19937 rng(static_cast<uint32_t>(sh.n * 31 + sh.k + group));
+    std::vector<uint8_t> packed(sh.n * sh.k / 2);
+    for (uint8_t& b : packed) b = static_cast<uint8_t>(rng());
+    std::vector<float> scales(sh.n * groups), zeros(sh.n * groups);
+    for (size_t i = 0; i < scales.size(); ++i) {
+      scales[i] = 0.002f + 0.001f * static_cast<float>(i % 13);
+      zeros[i] = static_cast<float>(rng() % 17);
+    }
+    DeviceArray<uint8_t> d_packed(packed);
+    DeviceArray<float> d_scales(scales), d_zeros(zeros);
+    const MatrixView host{packed.data(), DType::kU4, sh.n, sh.k, scales.data(), sh.group,
+                          zeros.data()};
+    const MatrixView device{d_packed.get(), DType::kU4, sh.n, sh.k, d_scales.get(), sh.group,
+                            d_zeros.get()};
+    for (int64_t m : {1, 3, 8, 17}) {
+      for (DType y_dtype : {DType::kBF16, DType::kF32}) {
+        Check(host, device, m, y_dtype,
+              "U4 n=" + std::to_string(sh.n) + " k=" + std::to_string(sh.k) +
+                  " group=" + std::to_string(sh.group));
+      }
+    }
+  }
+}
+
 // FP8 weights x FP8 activations quantized from BF16 activations, at the FP8 path's own
 // tolerance (see cuda_quantized_gemm_test.cc), to BF16 and to float32.
 TEST_F(CudaBf16GemmTest, Fp8ActivationsFromBf16) {

@@ -51,9 +51,12 @@ template <>
 __device__ __forceinline__ float ToFloat<__half>(__half v) { return __half2float(v); }
 
 // ---- Activations: float32 or BF16 (the backend's activation dtype), always float in
-// registers. The elementwise and attention kernels take untyped pointers and a
-// block-uniform `bf16` flag (the branch costs nothing next to the memory traffic); the GEMV
-// kernels, whose inner loops load activations, are templated on the element type.
+// registers. Kernels that stream activations (elementwise ops, KV writes, the FP8
+// quantizer, the GEMVs' x) are templated on the element type (ToFloat / StoreAs, LoadAct4 /
+// LoadAct8). Where a kernel touches an activation once per row or per output (attention's
+// q and out, the GEMVs' y) it takes an untyped pointer and a block-uniform `bf16` flag
+// (LoadAct / StoreAct): the branch costs nothing there, and the attention kernels' many
+// (head_dim, cache, GQA group) instantiations are not doubled.
 __device__ __forceinline__ float LoadAct(const void* p, int64_t i, bool bf16) {
   return bf16 ? __bfloat162float(static_cast<const __nv_bfloat16*>(p)[i])
               : static_cast<const float*>(p)[i];

@@ -30,8 +30,9 @@ __global__ void EmbeddingGatherKernel(const int32_t* ids, int n, const T* table,
 // One block per row. With `delta` (activations), hidden += delta first and is written
 // back; the norm is taken of the updated float32 row. Each thread reads and writes only its
 // own columns, so `out` may alias `x` (float32 activations only).
-__global__ void RmsNormKernel(const float* x, float* hidden, const void* delta,
-                              const float* weight, int dim, float eps, void* out, bool bf16) {
+template <typename T>
+__global__ void RmsNormKernel(const float* x, float* hidden, const T* delta,
+                              const float* weight, int dim, float eps, T* out) {
   __shared__ float scratch[32];
   const int64_t row = blockIdx.x;
   const float* in = x != nullptr ? x + row * dim : hidden + row * dim;
@@ -39,7 +40,7 @@ __global__ void RmsNormKernel(const float* x, float* hidden, const void* delta,
   for (int j = threadIdx.x; j < dim; j += blockDim.x) {
     float v = in[j];
     if (delta != nullptr) {
-      v += LoadAct(delta, row * dim + j, bf16);
+      v += ToFloat(delta[row * dim + j]);
       hidden[row * dim + j] = v;
     }
     sum_sq += v * v;
@@ -47,16 +48,17 @@ __global__ void RmsNormKernel(const float* x, float* hidden, const void* delta,
   const float total = BlockSum(sum_sq, scratch);
   const float inv_rms = 1.0f / sqrtf(total / static_cast<float>(dim) + eps);
   for (int j = threadIdx.x; j < dim; j += blockDim.x) {
-    StoreAct(out, row * dim + j, in[j] * inv_rms * weight[j], bf16);
+    StoreAs(in[j] * inv_rms * weight[j], &out[row * dim + j]);
   }
 }
 
 // One thread per rotated pair (i, i + head_dim / 2). The angle is the float32 product
 // position * inv_freq[i], as on the CPU backend and in transformers; its cos and sin are
 // taken in double so the two backends agree to float rounding.
-__global__ void RopeKernel(void* qkv, int n, int row_stride, const int32_t* positions,
+template <typename T>
+__global__ void RopeKernel(T* qkv, int n, int row_stride, const int32_t* positions,
                            int heads, int head_dim, const float* inv_freq,
-                           float cos_sin_scale, bool bf16) {
+                           float cos_sin_scale) {
   const int half = head_dim / 2;
   const int64_t total = static_cast<int64_t>(n) * heads * half;
   for (int64_t e = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; e < total;
@@ -69,30 +71,31 @@ __global__ void RopeKernel(void* qkv, int n, int row_stride, const int32_t* posi
     sincos(static_cast<double>(angle), &sd, &cd);
     const float c = static_cast<float>(cd) * cos_sin_scale;
     const float s = static_cast<float>(sd) * cos_sin_scale;
-    const int64_t p = t * row_stride + static_cast<int64_t>(h) * head_dim;
-    const float x1 = LoadAct(qkv, p + i, bf16);
-    const float x2 = LoadAct(qkv, p + i + half, bf16);
-    StoreAct(qkv, p + i, x1 * c - x2 * s, bf16);
-    StoreAct(qkv, p + i + half, x2 * c + x1 * s, bf16);
+    T* p = qkv + t * row_stride + static_cast<int64_t>(h) * head_dim;
+    const float x1 = ToFloat(p[i]);
+    const float x2 = ToFloat(p[i + half]);
+    StoreAs(x1 * c - x2 * s, &p[i]);
+    StoreAs(x2 * c + x1 * s, &p[i + half]);
   }
 }
 
-__global__ void SiluMulKernel(const void* gate_up, int n, int inter, void* out, bool bf16) {
+template <typename T>
+__global__ void SiluMulKernel(const T* gate_up, int n, int inter, T* out) {
   const int64_t total = static_cast<int64_t>(n) * inter;
   for (int64_t e = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; e < total;
        e += static_cast<int64_t>(gridDim.x) * blockDim.x) {
     const int64_t i = e / inter;
     const int64_t j = e % inter;
-    const float g = LoadAct(gate_up, i * 2 * inter + j, bf16);
-    const float u = LoadAct(gate_up, i * 2 * inter + inter + j, bf16);
-    StoreAct(out, e, g / (1.0f + expf(-g)) * u, bf16);
+    const float g = ToFloat(gate_up[i * 2 * inter + j]);
+    const float u = ToFloat(gate_up[i * 2 * inter + inter + j]);
+    StoreAs(g / (1.0f + expf(-g)) * u, &out[e]);
   }
 }
 
-template <typename T>
-__global__ void WriteKvCacheKernel(const void* k, const void* v, int row_stride,
+template <typename TIn, typename T>
+__global__ void WriteKvCacheKernel(const TIn* k, const TIn* v, int row_stride,
                                    const int64_t* slots, int n, int64_t width, int64_t num_slots,
-                                   T* k_cache, T* v_cache, bool bf16) {
+                                   T* k_cache, T* v_cache) {
   const int64_t total = static_cast<int64_t>(n) * width;
   for (int64_t e = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; e < total;
        e += static_cast<int64_t>(gridDim.x) * blockDim.x) {
@@ -100,17 +103,18 @@ __global__ void WriteKvCacheKernel(const void* k, const void* v, int row_stride,
     const int64_t j = e % width;
     const int64_t slot = slots[i];
     if (slot < 0 || slot >= num_slots) continue;
-    StoreAs(LoadAct(k, i * row_stride + j, bf16), &k_cache[slot * width + j]);
-    StoreAs(LoadAct(v, i * row_stride + j, bf16), &v_cache[slot * width + j]);
+    StoreAs(ToFloat(k[i * row_stride + j]), &k_cache[slot * width + j]);
+    StoreAs(ToFloat(v[i * row_stride + j]), &v_cache[slot * width + j]);
   }
 }
 
 // FP8 rows: one warp per (token, head, K or V) finds the row's max |x|, stores x / scale
 // with scale = max / 448 (saturating, like the CPU's F32ToFp8E4M3) and the scale.
-__global__ void WriteKvCacheFp8Kernel(const void* k, const void* v, int row_stride,
+template <typename TIn>
+__global__ void WriteKvCacheFp8Kernel(const TIn* k, const TIn* v, int row_stride,
                                       const int64_t* slots, int n, int heads, int head_dim,
                                       int64_t num_slots, uint8_t* k_cache, uint8_t* v_cache,
-                                      float* k_scales, float* v_scales, bool bf16) {
+                                      float* k_scales, float* v_scales) {
   const int64_t warp = (blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x) / 32;
   const int lane = threadIdx.x % 32;
   if (warp >= static_cast<int64_t>(n) * heads * 2) return;  // Whole warps exit together.
@@ -119,35 +123,34 @@ __global__ void WriteKvCacheFp8Kernel(const void* k, const void* v, int row_stri
   const int h = static_cast<int>((warp / 2) % heads);
   const int64_t slot = slots[i];
   if (slot < 0 || slot >= num_slots) return;
-  const void* src = is_v ? v : k;
-  const int64_t base = i * row_stride + static_cast<int64_t>(h) * head_dim;
+  const TIn* src = (is_v ? v : k) + i * row_stride + static_cast<int64_t>(h) * head_dim;
   float amax = 0.0f;
-  for (int d = lane; d < head_dim; d += 32) {
-    amax = fmaxf(amax, fabsf(LoadAct(src, base + d, bf16)));
-  }
+  for (int d = lane; d < head_dim; d += 32) amax = fmaxf(amax, fabsf(ToFloat(src[d])));
   amax = WarpMax(amax);
   const float scale = amax > 0.0f ? amax / 448.0f : 1.0f;
   const float inv = 1.0f / scale;
   const int64_t row = slot * heads + h;
   uint8_t* dst = (is_v ? v_cache : k_cache) + row * head_dim;
   for (int d = lane; d < head_dim; d += 32) {
-    const __nv_fp8_e4m3 q(LoadAct(src, base + d, bf16) * inv);
+    const __nv_fp8_e4m3 q(ToFloat(src[d]) * inv);
     dst[d] = q.__x;
   }
   if (lane == 0) (is_v ? v_scales : k_scales)[row] = scale;
 }
 
-__global__ void AddBiasKernel(void* y, const float* bias, int64_t total, int dim, bool bf16) {
+template <typename T>
+__global__ void AddBiasKernel(T* y, const float* bias, int64_t total, int dim) {
   for (int64_t e = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; e < total;
        e += static_cast<int64_t>(gridDim.x) * blockDim.x) {
-    StoreAct(y, e, LoadAct(y, e, bf16) + bias[e % dim], bf16);
+    StoreAs(ToFloat(y[e]) + bias[e % dim], &y[e]);
   }
 }
 
-__global__ void AddKernel(void* y, const void* x, size_t n, bool bf16) {
+template <typename T>
+__global__ void AddKernel(T* y, const T* x, size_t n) {
   for (size_t e = blockIdx.x * static_cast<size_t>(blockDim.x) + threadIdx.x; e < n;
        e += static_cast<size_t>(gridDim.x) * blockDim.x) {
-    StoreAct(y, e, LoadAct(y, e, bf16) + LoadAct(x, e, bf16), bf16);
+    StoreAs(ToFloat(y[e]) + ToFloat(x[e]), &y[e]);
   }
 }
 
@@ -160,14 +163,21 @@ __global__ void ConvertKernel(const In* src, size_t n, Out* dst) {
   }
 }
 
-// The activation dtypes the kernels take: F32 (bf16 = false) or BF16.
-bool ActivationFlag(DType act, const char* what, bool* bf16, std::string* error) {
-  if (act != DType::kF32 && act != DType::kBF16) {
-    return Fail(error, std::string(what) + ": activation dtype " + DTypeName(act) +
-                           " is not supported (F32 or BF16)");
+// Runtime activation dtype to template type: launch(T{}) with T float or __nv_bfloat16
+// (a value of the type, used only for its type); false with a message for other dtypes.
+template <typename Launch>
+bool WithActivationType(DType act, const char* what, std::string* error, Launch&& launch) {
+  switch (act) {
+    case DType::kF32:
+      launch(float{});
+      return true;
+    case DType::kBF16:
+      launch(__nv_bfloat16{});
+      return true;
+    default:
+      return Fail(error, std::string(what) + ": activation dtype " + DTypeName(act) +
+                             " is not supported (F32 or BF16)");
   }
-  *bf16 = act == DType::kBF16;
-  return true;
 }
 
 }  // namespace
@@ -204,19 +214,28 @@ bool LaunchEmbeddingGather(const int32_t* ids, int n, MatrixView table, int64_t 
 
 bool LaunchRmsNorm(const float* x, const float* weight, int n, int dim, float eps, void* out,
                    cudaStream_t stream, std::string* error, DType act) {
-  bool bf16 = false;
-  if (!ActivationFlag(act, "RmsNorm", &bf16, error)) return false;
-  if (n <= 0) return true;
-  RmsNormKernel<<<n, kThreads, 0, stream>>>(x, nullptr, nullptr, weight, dim, eps, out, bf16);
+  if (n <= 0) return WithActivationType(act, "RmsNorm", error, [](auto) {});
+  if (!WithActivationType(act, "RmsNorm", error, [&](auto t) {
+        using T = decltype(t);
+        RmsNormKernel<T><<<n, kThreads, 0, stream>>>(x, nullptr, nullptr, weight, dim, eps,
+                                                     static_cast<T*>(out));
+      })) {
+    return false;
+  }
   return CheckLaunch("RmsNorm", error);
 }
 
 bool LaunchAddRmsNorm(float* hidden, const void* delta, const float* weight, int n, int dim,
                       float eps, void* out, cudaStream_t stream, std::string* error, DType act) {
-  bool bf16 = false;
-  if (!ActivationFlag(act, "AddRmsNorm", &bf16, error)) return false;
-  if (n <= 0) return true;
-  RmsNormKernel<<<n, kThreads, 0, stream>>>(nullptr, hidden, delta, weight, dim, eps, out, bf16);
+  if (n <= 0) return WithActivationType(act, "AddRmsNorm", error, [](auto) {});
+  if (!WithActivationType(act, "AddRmsNorm", error, [&](auto t) {
+        using T = decltype(t);
+        RmsNormKernel<T><<<n, kThreads, 0, stream>>>(nullptr, hidden,
+                                                     static_cast<const T*>(delta), weight, dim,
+                                                     eps, static_cast<T*>(out));
+      })) {
+    return false;
+  }
   return CheckLaunch("AddRmsNorm", error);
 }
 
@@ -226,80 +245,102 @@ bool LaunchRope(void* qkv, int n, int row_stride, const int32_t* positions, int 
   if (head_dim <= 0 || head_dim % 2 != 0) {
     return Fail(error, "Rope: head_dim " + std::to_string(head_dim) + " must be even");
   }
-  bool bf16 = false;
-  if (!ActivationFlag(act, "Rope", &bf16, error)) return false;
   const int heads = num_q_heads + num_kv_heads;
-  if (n <= 0 || heads <= 0) return true;
+  if (n <= 0 || heads <= 0) return WithActivationType(act, "Rope", error, [](auto) {});
   const int64_t total = static_cast<int64_t>(n) * heads * (head_dim / 2);
-  RopeKernel<<<GridFor(total, kThreads), kThreads, 0, stream>>>(qkv, n, row_stride, positions,
-                                                                heads, head_dim, inv_freq,
-                                                                cos_sin_scale, bf16);
+  if (!WithActivationType(act, "Rope", error, [&](auto t) {
+        using T = decltype(t);
+        RopeKernel<T><<<GridFor(total, kThreads), kThreads, 0, stream>>>(
+            static_cast<T*>(qkv), n, row_stride, positions, heads, head_dim, inv_freq,
+            cos_sin_scale);
+      })) {
+    return false;
+  }
   return CheckLaunch("Rope", error);
 }
 
 bool LaunchAddBias(void* y, const float* bias, int n, int dim, cudaStream_t stream,
                    std::string* error, DType act) {
-  bool bf16 = false;
-  if (!ActivationFlag(act, "AddBias", &bf16, error)) return false;
-  if (n <= 0 || dim <= 0) return true;
+  if (n <= 0 || dim <= 0) return WithActivationType(act, "AddBias", error, [](auto) {});
   const int64_t total = static_cast<int64_t>(n) * dim;
-  AddBiasKernel<<<GridFor(total, kThreads), kThreads, 0, stream>>>(y, bias, total, dim, bf16);
+  if (!WithActivationType(act, "AddBias", error, [&](auto t) {
+        using T = decltype(t);
+        AddBiasKernel<T><<<GridFor(total, kThreads), kThreads, 0, stream>>>(
+            static_cast<T*>(y), bias, total, dim);
+      })) {
+    return false;
+  }
   return CheckLaunch("AddBias", error);
 }
 
 bool LaunchSiluMul(const void* gate_up, int n, int inter, void* out, cudaStream_t stream,
                    std::string* error, DType act) {
-  bool bf16 = false;
-  if (!ActivationFlag(act, "SiluMul", &bf16, error)) return false;
-  if (n <= 0 || inter <= 0) return true;
-  SiluMulKernel<<<GridFor(static_cast<int64_t>(n) * inter, kThreads), kThreads, 0, stream>>>(
-      gate_up, n, inter, out, bf16);
+  if (n <= 0 || inter <= 0) return WithActivationType(act, "SiluMul", error, [](auto) {});
+  if (!WithActivationType(act, "SiluMul", error, [&](auto t) {
+        using T = decltype(t);
+        SiluMulKernel<T><<<GridFor(static_cast<int64_t>(n) * inter, kThreads), kThreads, 0,
+                           stream>>>(static_cast<const T*>(gate_up), n, inter,
+                                     static_cast<T*>(out));
+      })) {
+    return false;
+  }
   return CheckLaunch("SiluMul", error);
 }
 
 bool LaunchWriteKvCache(const void* k, const void* v, int row_stride, const int64_t* slots,
                         int n, const KvCacheShape& shape, void* k_cache, void* v_cache,
                         cudaStream_t stream, std::string* error, DType act) {
-  bool bf16 = false;
-  if (!ActivationFlag(act, "WriteKvCache", &bf16, error)) return false;
   const int64_t width = static_cast<int64_t>(shape.num_kv_heads) * shape.head_dim;
-  if (n <= 0 || width <= 0) return true;
+  if (n <= 0 || width <= 0) return WithActivationType(act, "WriteKvCache", error, [](auto) {});
+  if (shape.dtype != DType::kF32 && shape.dtype != DType::kBF16 &&
+      shape.dtype != DType::kF8E4M3) {
+    return Fail(error, "WriteKvCache: unsupported cache dtype");
+  }
   const int64_t num_slots = static_cast<int64_t>(shape.num_blocks) * shape.block_size;
-  switch (shape.dtype) {
-    case DType::kF32:
-      WriteKvCacheKernel<<<GridFor(n * width, kThreads), kThreads, 0, stream>>>(
-          k, v, row_stride, slots, n, width, num_slots, static_cast<float*>(k_cache),
-          static_cast<float*>(v_cache), bf16);
-      break;
-    case DType::kBF16:
-      WriteKvCacheKernel<<<GridFor(n * width, kThreads), kThreads, 0, stream>>>(
-          k, v, row_stride, slots, n, width, num_slots, static_cast<__nv_bfloat16*>(k_cache),
-          static_cast<__nv_bfloat16*>(v_cache), bf16);
-      break;
-    case DType::kF8E4M3: {
-      auto scales = [&](void* cache) {
-        return reinterpret_cast<float*>(static_cast<char*>(cache) + shape.scales_offset());
-      };
-      const int64_t threads = static_cast<int64_t>(n) * shape.num_kv_heads * 2 * 32;
-      WriteKvCacheFp8Kernel<<<static_cast<unsigned>((threads + kThreads - 1) / kThreads), kThreads,
-                              0, stream>>>(
-          k, v, row_stride, slots, n, shape.num_kv_heads, shape.head_dim, num_slots,
-          static_cast<uint8_t*>(k_cache), static_cast<uint8_t*>(v_cache), scales(k_cache),
-          scales(v_cache), bf16);
-      break;
-    }
-    default:
-      return Fail(error, "WriteKvCache: unsupported cache dtype");
+  if (!WithActivationType(act, "WriteKvCache", error, [&](auto t) {
+        using TIn = decltype(t);
+        const auto* k_rows = static_cast<const TIn*>(k);
+        const auto* v_rows = static_cast<const TIn*>(v);
+        switch (shape.dtype) {
+          case DType::kF32:
+            WriteKvCacheKernel<<<GridFor(n * width, kThreads), kThreads, 0, stream>>>(
+                k_rows, v_rows, row_stride, slots, n, width, num_slots,
+                static_cast<float*>(k_cache), static_cast<float*>(v_cache));
+            break;
+          case DType::kBF16:
+            WriteKvCacheKernel<<<GridFor(n * width, kThreads), kThreads, 0, stream>>>(
+                k_rows, v_rows, row_stride, slots, n, width, num_slots,
+                static_cast<__nv_bfloat16*>(k_cache), static_cast<__nv_bfloat16*>(v_cache));
+            break;
+          default: {  // kF8E4M3 (checked above).
+            auto scales = [&](void* cache) {
+              return reinterpret_cast<float*>(static_cast<char*>(cache) + shape.scales_offset());
+            };
+            const int64_t threads = static_cast<int64_t>(n) * shape.num_kv_heads * 2 * 32;
+            WriteKvCacheFp8Kernel<<<static_cast<unsigned>((threads + kThreads - 1) / kThreads),
+                                    kThreads, 0, stream>>>(
+                k_rows, v_rows, row_stride, slots, n, shape.num_kv_heads, shape.head_dim,
+                num_slots, static_cast<uint8_t*>(k_cache), static_cast<uint8_t*>(v_cache),
+                scales(k_cache), scales(v_cache));
+            break;
+          }
+        }
+      })) {
+    return false;
   }
   return CheckLaunch("WriteKvCache", error);
 }
 
 bool LaunchAdd(void* y, const void* x, size_t n, cudaStream_t stream, std::string* error,
                DType act) {
-  bool bf16 = false;
-  if (!ActivationFlag(act, "Add", &bf16, error)) return false;
-  if (n == 0) return true;
-  AddKernel<<<GridFor(static_cast<int64_t>(n), kThreads), kThreads, 0, stream>>>(y, x, n, bf16);
+  if (n == 0) return WithActivationType(act, "Add", error, [](auto) {});
+  if (!WithActivationType(act, "Add", error, [&](auto t) {
+        using T = decltype(t);
+        AddKernel<T><<<GridFor(static_cast<int64_t>(n), kThreads), kThreads, 0, stream>>>(
+            static_cast<T*>(y), static_cast<const T*>(x), n);
+      })) {
+    return false;
+  }
   return CheckLaunch("Add", error);
 }
 

@@ -61,6 +61,9 @@ absl::StatusOr<DType> CudaActivationDtype() {
 
 // Device ordinal for "cuda" or "cuda:N"; the caller checked the prefix.
 absl::StatusOr<std::unique_ptr<kernels::Backend>> MakeCuda(int ordinal) {
+  // A bad setting is reported as such, device or not.
+  absl::StatusOr<DType> activations = CudaActivationDtype();
+  if (!activations.ok()) return activations.status();
   absl::StatusOr<int> count = kernels::CudaDeviceCount();
   if (!count.ok()) {
     return absl::UnavailableError(absl::StrCat("no CUDA device: ", count.status().message()));
@@ -68,8 +71,6 @@ absl::StatusOr<std::unique_ptr<kernels::Backend>> MakeCuda(int ordinal) {
   if (*count == 0) {
     return absl::UnavailableError("no CUDA device: cudaGetDeviceCount reported 0 devices");
   }
-  absl::StatusOr<DType> activations = CudaActivationDtype();
-  if (!activations.ok()) return activations.status();
   auto backend = kernels::MakeCudaBackend(ordinal, *activations);
   if (!backend.ok()) return backend.status();
   return std::unique_ptr<kernels::Backend>(std::move(*backend));

@@ -10,8 +10,13 @@
 #include "common/dtype.h"
 
 // The backend-neutral op interface the forward pass is written against. Ops take raw
-// pointers in the backend's memory plus shapes; activations are float32, weights keep the
-// checkpoint's dtype (decode is bound by weight bytes, so BF16 weights stay BF16).
+// pointers in the backend's memory plus shapes. Weights keep the checkpoint's dtype (decode
+// is bound by weight bytes, so BF16 weights stay BF16). Activations between ops (the
+// untyped `void*` buffers below) are in the backend's activation_dtype(): float32 on the
+// CPU, BF16 by default on CUDA (half the activation traffic; every kernel accumulates in
+// float32). The residual stream (`hidden`), the logits and the norm weights stay float32
+// on every backend: the residual sums two contributions per layer, and rounding it each
+// layer is what would cost quality.
 // This header stays free of Abseil and gRPC so CUDA translation units may include it.
 namespace tessera::kernels {
 
@@ -141,53 +146,65 @@ class Backend {
   virtual WeightLayout Int4WeightLayout() const { return WeightLayout::kRowMajor; }
 
   // ---- Ops.
+  // The dtype of the activation buffers the ops below take as `void*` (kF32 or kBF16).
+  virtual DType activation_dtype() const { return DType::kF32; }
+
   // out[i, :] = table[ids[i] - vocab_begin, :] when the id falls in this shard's rows,
   // else zeros (vocab-parallel embedding; the all-reduce completes it).
-  // ids [n], table [vocab_local, hidden], out [n, hidden]
+  // ids [n], table [vocab_local, hidden], out [n, hidden] float32 (the residual stream).
   virtual void EmbeddingGather(const int32_t* ids, int n, MatrixView table, int64_t vocab_begin,
                                float* out) = 0;
 
-  // out[i, :] = x[i, :] / sqrt(mean(x[i, :]^2) + eps) * weight. x, out [n, dim]; weight [dim].
+  // out[i, :] = x[i, :] / sqrt(mean(x[i, :]^2) + eps) * weight. x [n, dim] float32,
+  // out [n, dim] activations; weight [dim] float32.
   virtual void RmsNorm(const float* x, const float* weight, int n, int dim, float eps,
-                       float* out) = 0;
+                       void* out) = 0;
 
-  // Fused residual: hidden += delta, then out = RmsNorm(hidden). hidden, delta, out [n, dim].
-  virtual void AddRmsNorm(float* hidden, const float* delta, const float* weight, int n, int dim,
-                          float eps, float* out) = 0;
+  // Fused residual: hidden += delta, then out = RmsNorm(hidden). hidden [n, dim] float32;
+  // delta, out [n, dim] activations.
+  virtual void AddRmsNorm(float* hidden, const void* delta, const float* weight, int n, int dim,
+                          float eps, void* out) = 0;
 
-  // y[m, w.rows] = x[m, w.cols] * w^T, accumulated in float32.
-  virtual void Gemm(const float* x, int64_t m, MatrixView w, float* y) = 0;
+  // y[m, w.rows] = x[m, w.cols] * w^T, accumulated in float32. x: activations; y in
+  // `y_dtype`, the activation dtype or kF32 (the lm_head's logits).
+  virtual void Gemm(const void* x, int64_t m, MatrixView w, void* y, DType y_dtype) = 0;
+  // y in the activation dtype. (Derived classes say `using Backend::Gemm;`.)
+  void Gemm(const void* x, int64_t m, MatrixView w, void* y) {
+    Gemm(x, m, w, y, activation_dtype());
+  }
 
   // Hugging Face rotate-half RoPE, in place, on the first num_q_heads + num_kv_heads heads
-  // of each row of `qkv` (row length `row_stride` floats; q heads then k heads). Pair
-  // (i, i + head_dim / 2) turns by the float32 angle positions[r] * inv_freq[i]; cos and
-  // sin are multiplied by `cos_sin_scale` (1 except for yarn). positions [n],
-  // inv_freq [head_dim / 2] (backend memory, from ComputeRopeFrequencies).
-  virtual void Rope(float* qkv, int n, int row_stride, const int32_t* positions, int num_q_heads,
+  // of each row of `qkv` (activations; row length `row_stride` elements; q heads then k
+  // heads). Pair (i, i + head_dim / 2) turns by the float32 angle positions[r] *
+  // inv_freq[i]; cos and sin are multiplied by `cos_sin_scale` (1 except for yarn).
+  // positions [n], inv_freq [head_dim / 2] (backend memory, from ComputeRopeFrequencies).
+  virtual void Rope(void* qkv, int n, int row_stride, const int32_t* positions, int num_q_heads,
                     int num_kv_heads, int head_dim, const float* inv_freq,
                     float cos_sin_scale) = 0;
 
-  // y[i, j] += bias[j]. y [n, dim], bias [dim] (Qwen2's fused q/k/v bias).
-  virtual void AddBias(float* y, const float* bias, int n, int dim) = 0;
+  // y[i, j] += bias[j]. y [n, dim] activations, bias [dim] float32 (Qwen2's q/k/v bias).
+  virtual void AddBias(void* y, const float* bias, int n, int dim) = 0;
 
-  // out[i, j] = silu(gate_up[i, j]) * gate_up[i, inter + j]. gate_up [n, 2*inter], out [n, inter].
-  virtual void SiluMul(const float* gate_up, int n, int inter, float* out) = 0;
+  // out[i, j] = silu(gate_up[i, j]) * gate_up[i, inter + j]. gate_up [n, 2*inter],
+  // out [n, inter], both activations.
+  virtual void SiluMul(const void* gate_up, int n, int inter, void* out) = 0;
 
-  // Stores the step's K and V (rows of length `row_stride`, kv_heads*head_dim used) at
-  // their slots, converted to shape.dtype. k_cache/v_cache: see KvCacheShape.
-  virtual void WriteKvCache(const float* k, const float* v, int row_stride, const int64_t* slots,
+  // Stores the step's K and V (activation rows of length `row_stride` elements,
+  // kv_heads*head_dim used) at their slots, converted to shape.dtype. k_cache/v_cache: see
+  // KvCacheShape.
+  virtual void WriteKvCache(const void* k, const void* v, int row_stride, const int64_t* slots,
                             int n, const KvCacheShape& shape, void* k_cache, void* v_cache) = 0;
 
-  // Causal paged attention for prefill and decode alike. q rows have length `q_stride`
-  // (num_q_heads * head_dim used); out [num_tokens, num_q_heads * head_dim].
-  // Query head h reads KV head h / (num_q_heads / kv heads).
-  virtual void PagedAttention(const float* q, int q_stride, const AttentionBatch& batch,
+  // Causal paged attention for prefill and decode alike. q rows (activations) have length
+  // `q_stride` elements (num_q_heads * head_dim used); out [num_tokens, num_q_heads *
+  // head_dim] activations. Query head h reads KV head h / (num_q_heads / kv heads).
+  virtual void PagedAttention(const void* q, int q_stride, const AttentionBatch& batch,
                               const void* k_cache, const void* v_cache,
                               const KvCacheShape& shape, int num_q_heads, float scale,
-                              float* out) = 0;
+                              void* out) = 0;
 
-  // y[i] += x[i] for i < n.
-  virtual void Add(float* y, const float* x, size_t n) = 0;
+  // y[i] += x[i] for i < n, both activations.
+  virtual void Add(void* y, const void* x, size_t n) = 0;
 
   // ---- Graphs (CUDA): the ops queued between BeginCapture and EndCapture are recorded,
   // not run, and LaunchGraph replays them with one launch. Pointers and shapes are baked

@@ -2,11 +2,13 @@
 
 #include <unistd.h>
 
+#include <cstdlib>
 #include <fstream>
 #include <utility>
 
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
+#include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/strip.h"
 
@@ -44,8 +46,24 @@ const kernels::CudaBackend* AsCuda(const kernels::Backend& backend) {
   return dynamic_cast<const kernels::CudaBackend*>(&backend);
 }
 
+// The CUDA backend's activation dtype: BF16 unless TESSERA_CUDA_ACTIVATIONS says "f32"
+// (float32 activations between kernels, as before BF16 was the default; "bf16" is the
+// default spelled out). The residual stream and logits are float32 either way.
+absl::StatusOr<DType> CudaActivationDtype() {
+  const char* env = std::getenv("TESSERA_CUDA_ACTIVATIONS");
+  if (env == nullptr || *env == '\0') return DType::kBF16;
+  const std::string value = absl::AsciiStrToLower(env);
+  if (value == "bf16") return DType::kBF16;
+  if (value == "f32" || value == "fp32") return DType::kF32;
+  return absl::InvalidArgumentError(absl::StrCat("TESSERA_CUDA_ACTIVATIONS=", env,
+                                                 ": expected bf16 or f32"));
+}
+
 // Device ordinal for "cuda" or "cuda:N"; the caller checked the prefix.
 absl::StatusOr<std::unique_ptr<kernels::Backend>> MakeCuda(int ordinal) {
+  // A bad setting is reported as such, device or not.
+  absl::StatusOr<DType> activations = CudaActivationDtype();
+  if (!activations.ok()) return activations.status();
   absl::StatusOr<int> count = kernels::CudaDeviceCount();
   if (!count.ok()) {
     return absl::UnavailableError(absl::StrCat("no CUDA device: ", count.status().message()));
@@ -53,7 +71,7 @@ absl::StatusOr<std::unique_ptr<kernels::Backend>> MakeCuda(int ordinal) {
   if (*count == 0) {
     return absl::UnavailableError("no CUDA device: cudaGetDeviceCount reported 0 devices");
   }
-  auto backend = kernels::MakeCudaBackend(ordinal);
+  auto backend = kernels::MakeCudaBackend(ordinal, *activations);
   if (!backend.ok()) return backend.status();
   return std::unique_ptr<kernels::Backend>(std::move(*backend));
 }

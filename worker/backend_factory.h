@@ -33,6 +33,9 @@ bool CudaBuiltIn();
 // Errors, never crashes: INVALID_ARGUMENT for an unknown device string,
 // FAILED_PRECONDITION when CUDA is asked for but not built in, UNAVAILABLE
 // "no CUDA device: ..." when the runtime finds none, NOT_FOUND for a missing ordinal.
+// The CUDA backend carries activations in BF16 between kernels (float32 accumulation,
+// residual stream and logits); TESSERA_CUDA_ACTIVATIONS=f32 keeps them float32
+// (INVALID_ARGUMENT for a value other than bf16 / f32).
 absl::StatusOr<std::unique_ptr<kernels::Backend>> MakeBackend(absl::string_view device,
                                                               int cpu_threads);
 

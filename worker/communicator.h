@@ -3,9 +3,12 @@
 
 #include <chrono>
 #include <cstddef>
+#include <string>
 #include <string_view>
 
 #include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
+#include "common/dtype.h"
 
 namespace tessera {
 
@@ -25,6 +28,15 @@ class Communicator {
   // data[i] = sum over ranks of data[i], identical on every rank (summed in rank order
   // where the backend allows, so results are reproducible).
   virtual absl::Status AllReduceSum(float* data, size_t count) = 0;
+  // The same over `count` elements of `dtype`, summed in float32 where the backend allows
+  // (the forward pass reduces activations in the backend's activation dtype, BF16 on CUDA).
+  // The default forwards kF32 and rejects the rest; NCCL implements kBF16.
+  virtual absl::Status AllReduceSum(void* data, size_t count, DType dtype) {
+    if (dtype == DType::kF32) return AllReduceSum(static_cast<float*>(data), count);
+    return absl::UnimplementedError(absl::StrCat(std::string(backend_name()),
+                                                 " communicator: all-reduce of ",
+                                                 DTypeName(dtype), " is not supported"));
+  }
 
   // recv[r * count + i] = send_of_rank_r[i] on every rank.
   virtual absl::Status AllGather(const float* send, size_t count, float* recv) = 0;
@@ -61,6 +73,7 @@ class SingleRankCommunicator final : public Communicator {
   int world_size() const override { return 1; }
   std::string_view backend_name() const override { return "single"; }
   absl::Status AllReduceSum(float*, size_t) override { return absl::OkStatus(); }
+  absl::Status AllReduceSum(void*, size_t, DType) override { return absl::OkStatus(); }
   absl::Status AllGather(const float* send, size_t count, float* recv) override;
   absl::Status Broadcast(void*, size_t, int) override { return absl::OkStatus(); }
   absl::Status Barrier() override { return absl::OkStatus(); }

@@ -186,15 +186,18 @@ absl::Status LlamaModel::EnsureWorkspace(int tokens, int seqs, int blocks, int n
   const size_t nq = layout_.q_heads.size(), nkv = layout_.kv_heads.size();
   const size_t inter = layout_.intermediate.size();
   const size_t vocab_max = EvenSplit(config_.vocab_size, 0, layout_.world).size();
+  // The residual stream and the logits are float32; the other activations are in the
+  // backend's activation dtype (BF16 on CUDA by default).
   const size_t t = tokens, f = sizeof(float), world = layout_.world;
+  const size_t a = DTypeSize(backend_->activation_dtype());
   RETURN_IF_ERROR(Reserve(backend_, &w.hidden, t * h * f, "hidden states"));
-  RETURN_IF_ERROR(Reserve(backend_, &w.normed, t * h * f, "normed states"));
-  RETURN_IF_ERROR(Reserve(backend_, &w.qkv, t * (nq + 2 * nkv) * hd * f, "qkv"));
-  RETURN_IF_ERROR(Reserve(backend_, &w.attn, t * nq * hd * f, "attention output"));
-  RETURN_IF_ERROR(Reserve(backend_, &w.proj, t * h * f, "projection output"));
-  RETURN_IF_ERROR(Reserve(backend_, &w.gate_up, t * 2 * inter * f, "gate/up"));
-  RETURN_IF_ERROR(Reserve(backend_, &w.act, t * inter * f, "MLP activation"));
-  RETURN_IF_ERROR(Reserve(backend_, &w.selected, num_logits * h * f, "logit rows"));
+  RETURN_IF_ERROR(Reserve(backend_, &w.normed, t * h * a, "normed states"));
+  RETURN_IF_ERROR(Reserve(backend_, &w.qkv, t * (nq + 2 * nkv) * hd * a, "qkv"));
+  RETURN_IF_ERROR(Reserve(backend_, &w.attn, t * nq * hd * a, "attention output"));
+  RETURN_IF_ERROR(Reserve(backend_, &w.proj, t * h * a, "projection output"));
+  RETURN_IF_ERROR(Reserve(backend_, &w.gate_up, t * 2 * inter * a, "gate/up"));
+  RETURN_IF_ERROR(Reserve(backend_, &w.act, t * inter * a, "MLP activation"));
+  RETURN_IF_ERROR(Reserve(backend_, &w.selected, num_logits * h * a, "logit rows"));
   RETURN_IF_ERROR(Reserve(backend_, &w.logits_local,
                           num_logits * vocab_max * f * (world + 1), "logits"));
   // Token ids, positions, slots (8 bytes), query starts, context lengths, block tables,
@@ -277,10 +280,17 @@ absl::Status LlamaModel::EnqueueStep(const StepView& step, KvCache* cache,
   const int inter = static_cast<int>(layout_.intermediate.size());
   const float eps = config_.rms_norm_eps;
   const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
+  // Activation buffers are untyped: their elements are `act` bytes (4 for float32, 2 for
+  // BF16), so offsets into them are computed in bytes.
+  const DType act_dtype = be.activation_dtype();
+  const size_t act = DTypeSize(act_dtype);
   float* hidden = w.hidden.as<float>();
-  float* normed = w.normed.as<float>();
-  float* qkv = w.qkv.as<float>();
-  float* proj = w.proj.as<float>();
+  char* normed = w.normed.as<char>();
+  char* qkv = w.qkv.as<char>();
+  char* proj = w.proj.as<char>();
+  void* attn = w.attn.get();
+  void* gate_up = w.gate_up.get();
+  void* mlp = w.act.get();
 
   be.EmbeddingGather(step.token_ids, n, weights_.embed.view, layout_.vocab.begin, hidden);
   RETURN_IF_ERROR(comm_->AllReduceSum(hidden, static_cast<size_t>(n) * h));
@@ -297,31 +307,34 @@ absl::Status LlamaModel::EnqueueStep(const StepView& step, KvCache* cache,
     be.Rope(qkv, n, qkv_dim, step.positions, nq, nkv, hd, rope_inv_freq_.as<float>(),
             rope_scale_);
     attn_batch.sliding_window = config_.SlidingWindowOf(l);
-    be.WriteKvCache(qkv + nq * hd, qkv + (nq + nkv) * hd, qkv_dim, step.slots, n,
+    be.WriteKvCache(qkv + static_cast<size_t>(nq) * hd * act,
+                    qkv + static_cast<size_t>(nq + nkv) * hd * act, qkv_dim, step.slots, n,
                     cache->shape(), cache->k(l), cache->v(l));
     be.PagedAttention(qkv, qkv_dim, attn_batch, cache->k(l), cache->v(l), cache->shape(), nq,
-                      scale, w.attn.as<float>());
-    be.Gemm(w.attn.as<float>(), n, lw.o.view, proj);
-    RETURN_IF_ERROR(comm_->AllReduceSum(proj, static_cast<size_t>(n) * h));
+                      scale, attn);
+    be.Gemm(attn, n, lw.o.view, proj);
+    RETURN_IF_ERROR(comm_->AllReduceSum(proj, static_cast<size_t>(n) * h, act_dtype));
     if (lw.o_bias.get() != nullptr) be.AddBias(proj, lw.o_bias.as<float>(), n, h);
     be.AddRmsNorm(hidden, proj, lw.post_norm.as<float>(), n, h, eps, normed);
-    be.Gemm(normed, n, lw.gate_up.view, w.gate_up.as<float>());
-    be.SiluMul(w.gate_up.as<float>(), n, inter, w.act.as<float>());
-    be.Gemm(w.act.as<float>(), n, lw.down.view, proj);
-    RETURN_IF_ERROR(comm_->AllReduceSum(proj, static_cast<size_t>(n) * h));
+    be.Gemm(normed, n, lw.gate_up.view, gate_up);
+    be.SiluMul(gate_up, n, inter, mlp);
+    be.Gemm(mlp, n, lw.down.view, proj);
+    RETURN_IF_ERROR(comm_->AllReduceSum(proj, static_cast<size_t>(n) * h, act_dtype));
   }
   const int rows = static_cast<int>(logits_rows.size());
   if (rows == 0) return absl::OkStatus();
   be.AddRmsNorm(hidden, proj, weights_.final_norm.as<float>(), n, h, eps, normed);
-  float* selected = w.selected.as<float>();
+  char* selected = w.selected.as<char>();
+  const size_t row_bytes = static_cast<size_t>(h) * act;
   for (int i = 0; i < rows; ++i) {
-    be.CopyOnDevice(selected + static_cast<size_t>(i) * h,
-                    normed + static_cast<size_t>(logits_rows[i]) * h, h * sizeof(float));
+    be.CopyOnDevice(selected + static_cast<size_t>(i) * row_bytes,
+                    normed + static_cast<size_t>(logits_rows[i]) * row_bytes, row_bytes);
   }
+  // The logits are float32 whatever the activation dtype (sampling reads them).
   const int world = layout_.world;
   float* local_logits = w.logits_local.as<float>();
   if (world == 1) {
-    be.Gemm(selected, rows, weights_.lm_head_view(), local_logits);
+    be.Gemm(selected, rows, weights_.lm_head_view(), local_logits, DType::kF32);
     return absl::OkStatus();
   }
   // Vocab shards differ by at most one row: pad each to vmax so all-gather sees equal parts.
@@ -330,7 +343,7 @@ absl::Status LlamaModel::EnqueueStep(const StepView& step, KvCache* cache,
   float* padded = local_logits + rows * vmax * world;  // Past the gather's receive area.
   float* gathered = local_logits;
   // The receive area is free until the gather: compute there, then re-stride into `padded`.
-  be.Gemm(selected, rows, weights_.lm_head_view(), gathered);
+  be.Gemm(selected, rows, weights_.lm_head_view(), gathered, DType::kF32);
   if (local == vmax) {
     be.CopyOnDevice(padded, gathered, rows * vmax * sizeof(float));
   } else {

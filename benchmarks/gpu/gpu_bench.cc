@@ -34,6 +34,7 @@ using Json = nlohmann::json;
 constexpr char kUsage[] =
     "usage: gpu_bench [--out PATH] [--device N] [--layers N] [--batches 1,8,64,256]\n"
     "                 [--context N] [--prefill N] [--copy-mib N] [--gemm-size N] [--iters N]\n"
+    "                 [--activations bf16|f32] [--compare-activations 0|1]\n"
     "  --out PATH      write results as JSON to PATH (default: no file)\n"
     "  --device N      CUDA device (default 0)\n"
     "  --layers N      decoder layers of the Llama-3-8B shape (default 32)\n"
@@ -42,7 +43,11 @@ constexpr char kUsage[] =
     "  --prefill N     prompt length of the prefill step, 0 to skip (default 2048)\n"
     "  --copy-mib N    size of the device-to-device copy (default 2048)\n"
     "  --gemm-size N   M = N = K of the BF16 GEMM ceiling (default 8192)\n"
-    "  --iters N       timed iterations per measurement (default 5)\n";
+    "  --iters N       timed iterations per measurement (default 5)\n"
+    "  --activations D the CUDA backend's activation dtype, bf16 (the worker's default) or\n"
+    "                  f32 (TESSERA_CUDA_ACTIVATIONS=f32)\n"
+    "  --compare-activations 0|1  also time the decode steps under the other activation\n"
+    "                  dtype (default 1)\n";
 
 struct Options {
   std::string out;
@@ -54,6 +59,8 @@ struct Options {
   int64_t copy_mib = 2048;
   int gemm_size = 8192;
   int iters = 5;
+  DType activations = DType::kBF16;
+  bool compare_activations = true;
 };
 
 [[noreturn]] void Die(const std::string& message) {
@@ -105,6 +112,16 @@ Options ParseArgs(int argc, char** argv) {
       o.gemm_size = ParseInt(flag, value, 16);
     } else if (flag == "--iters") {
       o.iters = ParseInt(flag, value, 1);
+    } else if (flag == "--activations") {
+      if (value == "bf16") {
+        o.activations = DType::kBF16;
+      } else if (value == "f32") {
+        o.activations = DType::kF32;
+      } else {
+        Die("invalid value '" + value + "' for --activations (bf16 or f32)");
+      }
+    } else if (flag == "--compare-activations") {
+      o.compare_activations = ParseInt(flag, value, 0) != 0;
     } else {
       Die("unknown flag " + flag + "\n" + kUsage);
     }
@@ -160,7 +177,8 @@ double GemmRate(const Options& o, cudaStream_t stream) {
   FillRandom(x, n * n, DType::kBF16, 1.0f, 11, stream);
   FillRandom(w, n * n, DType::kBF16, 1.0f, 12, stream);
   const double ms = TimeMs(stream, o.iters, [&] {
-    const absl::Status s = (*gemm)->Matmul(x, w, DType::kBF16, n, n, n, y, stream);
+    const absl::Status s =
+        (*gemm)->Matmul(x, w, DType::kBF16, n, n, n, y, DType::kF32, stream);
     if (!s.ok()) Die(std::string(s.message()));
   });
   cudaFree(x);
@@ -179,7 +197,7 @@ std::string UtcNow() {
 int Main(int argc, char** argv) {
   const Options o = ParseArgs(argc, argv);
   absl::StatusOr<std::unique_ptr<kernels::CudaBackend>> backend =
-      kernels::MakeCudaBackend(o.device);
+      kernels::MakeCudaBackend(o.device, o.activations);
   if (!backend.ok()) Die(std::string(backend.status().message()));
   kernels::CudaBackend& be = **backend;
   cudaStream_t stream = be.stream();
@@ -199,9 +217,12 @@ int Main(int argc, char** argv) {
   result["runtime_version"] = runtime;
   result["build_type"] = TESSERA_BUILD_TYPE;
   result["date"] = UtcNow();
-  std::printf("GPU %s (sm_%d%d, %d SMs, %.1f GiB), driver %d, runtime %d, %s build\n",
+  result["activation_dtype"] = DTypeName(o.activations);
+  std::printf("GPU %s (sm_%d%d, %d SMs, %.1f GiB), driver %d, runtime %d, %s build, %s "
+              "activations\n",
               prop.name, prop.major, prop.minor, prop.multiProcessorCount,
-              prop.totalGlobalMem / double(1 << 30), driver, runtime, TESSERA_BUILD_TYPE);
+              prop.totalGlobalMem / double(1 << 30), driver, runtime, TESSERA_BUILD_TYPE,
+              DTypeName(o.activations));
 
   const double copy_bw = CopyBandwidth(o, stream);
   const double gemm_rate = GemmRate(o, stream);
@@ -258,6 +279,30 @@ int Main(int argc, char** argv) {
                 100.0 * step_bw / copy_bw, 100.0 * gemm_bw / copy_bw);
   }
   result["decode"] = decode;
+
+  if (o.compare_activations) {
+    // The same weights and caches under the other activation dtype: what BF16 activations
+    // save per decode step (activation and all-reduce bytes; the weights are the same).
+    const DType other_dtype = o.activations == DType::kBF16 ? DType::kF32 : DType::kBF16;
+    absl::StatusOr<std::unique_ptr<kernels::CudaBackend>> other =
+        kernels::MakeCudaBackend(o.device, other_dtype);
+    if (!other.ok()) Die(std::string(other.status().message()));
+    (*model)->set_backend(other->get());
+    std::printf("\ndecode with %s activations\n%6s %10s %12s\n", DTypeName(other_dtype),
+                "batch", "step ms", "tokens/s");
+    Json rows = Json::array();
+    for (int batch : o.batches) {
+      absl::StatusOr<StepTiming> t = (*model)->Time(batch, o.context, 1, 2, o.iters);
+      if (!t.ok()) Die(std::string(t.status().message()));
+      rows.push_back({{"batch", batch},
+                      {"step_ms", t->step_ms},
+                      {"tokens_per_s", batch / (t->step_ms * 1e-3)}});
+      std::printf("%6d %10.3f %12.1f\n", batch, t->step_ms, batch / (t->step_ms * 1e-3));
+    }
+    (*model)->set_backend(&be);
+    result["decode_other_activations"] = {{"activation_dtype", DTypeName(other_dtype)},
+                                          {"decode", rows}};
+  }
 
   if (o.prefill > 0) {
     absl::StatusOr<StepTiming> t = (*model)->Time(1, o.prefill, o.prefill, 1, o.iters);

@@ -31,21 +31,22 @@ struct LlamaStepBench::Buffers {
   int batch = 0;
   int tokens = 0;
   int lm_rows = 0;
-  const float* lm_input = nullptr;  // Rows of `normed` that lm_head reads.
+  const void* lm_input = nullptr;  // Rows of `normed` that lm_head reads.
   AttentionBatch attention;
   KvCacheShape cache_shape;
   int32_t* ids = nullptr;
   int32_t* positions = nullptr;
   int64_t* slots = nullptr;
-  float* hidden = nullptr;
-  float* normed = nullptr;
-  float* qkv = nullptr;
-  float* attn = nullptr;
-  float* proj = nullptr;
-  float* gate_up = nullptr;
-  float* act = nullptr;
-  float* mlp = nullptr;
-  float* logits = nullptr;
+  float* hidden = nullptr;  // The residual stream: float32.
+  // Activations, in the backend's activation dtype (sized as float32, enough for either).
+  char* normed = nullptr;
+  char* qkv = nullptr;
+  char* attn = nullptr;
+  char* proj = nullptr;
+  char* gate_up = nullptr;
+  char* act = nullptr;
+  char* mlp = nullptr;
+  float* logits = nullptr;  // float32, as the worker's lm_head writes them.
   int32_t* sampled = nullptr;
   std::vector<void*> owned;
 };
@@ -142,6 +143,7 @@ void LlamaStepBench::RunStep(const Buffers& b, Part part) {
   const int q_width = s.q_heads * s.head_dim;
   const float scale = 1.0f / std::sqrt(static_cast<float>(s.head_dim));
   kernels::CudaBackend& be = *backend_;
+  const size_t act_bytes = DTypeSize(be.activation_dtype());
   if (all) be.EmbeddingGather(b.ids, t, MatrixView{embed_, DType::kBF16, s.vocab, h}, 0, b.hidden);
   for (int l = 0; l < s.layers; ++l) {
     const Layer& w = layers_[l];
@@ -156,8 +158,9 @@ void LlamaStepBench::RunStep(const Buffers& b, Part part) {
     if (all) {
       be.Rope(b.qkv, t, qkv_rows, b.positions, s.q_heads, s.kv_heads, s.head_dim, inv_freq_,
               1.0f);
-      be.WriteKvCache(b.qkv + q_width, b.qkv + q_width + s.kv_heads * s.head_dim, qkv_rows,
-                      b.slots, t, b.cache_shape, w.k_cache, w.v_cache);
+      be.WriteKvCache(b.qkv + q_width * act_bytes,
+                      b.qkv + (q_width + s.kv_heads * s.head_dim) * act_bytes, qkv_rows, b.slots,
+                      t, b.cache_shape, w.k_cache, w.v_cache);
     }
     if (attention) {
       be.PagedAttention(b.qkv, qkv_rows, b.attention, w.k_cache, w.v_cache, b.cache_shape,
@@ -170,7 +173,10 @@ void LlamaStepBench::RunStep(const Buffers& b, Part part) {
     if (gemms) be.Gemm(b.act, t, MatrixView{w.down, DType::kBF16, h, s.inter}, b.mlp);
   }
   if (all) be.AddRmsNorm(b.hidden, b.mlp, final_norm_, t, s.hidden, 1e-5f, b.normed);
-  if (gemms) be.Gemm(b.lm_input, b.lm_rows, MatrixView{lm_head_, DType::kBF16, s.vocab, h}, b.logits);
+  if (gemms) {
+    be.Gemm(b.lm_input, b.lm_rows, MatrixView{lm_head_, DType::kBF16, s.vocab, h}, b.logits,
+            DType::kF32);
+  }
   if (all) {
     std::string error;
     if (!kernels::gpu::LaunchArgmax(b.logits, b.lm_rows, s.vocab, b.sampled, nullptr,
@@ -228,6 +234,7 @@ absl::StatusOr<StepTiming> LlamaStepBench::Time(int batch, int context, int new_
     owned.push_back(p);
     return static_cast<float*>(p);
   };
+  auto activations = [&](int64_t elements) { return reinterpret_cast<char*>(scratch(elements)); };
   b.ids = static_cast<int32_t*>(upload(ids));
   b.positions = static_cast<int32_t*>(upload(positions));
   b.slots = static_cast<int64_t*>(upload(slots));
@@ -244,16 +251,17 @@ absl::StatusOr<StepTiming> LlamaStepBench::Time(int batch, int context, int new_
   b.cache_shape.head_dim = s.head_dim;
   const int64_t t = b.tokens;
   b.hidden = scratch(t * s.hidden);
-  b.normed = scratch(t * s.hidden);
-  b.qkv = scratch(t * s.QkvRows());
-  b.attn = scratch(t * s.q_heads * s.head_dim);
-  b.proj = scratch(t * s.hidden);
-  b.gate_up = scratch(t * 2 * s.inter);
-  b.act = scratch(t * s.inter);
-  b.mlp = scratch(t * s.hidden);
+  b.normed = activations(t * s.hidden);
+  b.qkv = activations(t * s.QkvRows());
+  b.attn = activations(t * s.q_heads * s.head_dim);
+  b.proj = activations(t * s.hidden);
+  b.gate_up = activations(t * 2 * s.inter);
+  b.act = activations(t * s.inter);
+  b.mlp = activations(t * s.hidden);
   b.logits = scratch(static_cast<int64_t>(batch) * s.vocab);
   b.sampled = reinterpret_cast<int32_t*>(scratch(batch));
-  b.lm_input = new_tokens == 1 ? b.normed : b.normed + (t - 1) * s.hidden;
+  const size_t act_bytes = DTypeSize(backend_->activation_dtype());
+  b.lm_input = new_tokens == 1 ? b.normed : b.normed + (t - 1) * s.hidden * act_bytes;
   auto release = [&]() {
     backend_->Synchronize();
     for (void* p : owned) backend_->Free(p);

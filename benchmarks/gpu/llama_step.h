@@ -52,6 +52,11 @@ class LlamaStepBench {
   absl::StatusOr<StepTiming> Time(int batch, int context, int new_tokens, int warmup,
                                   int iters);
 
+  // Runs later steps on `backend`, another backend on the same device (the weights and
+  // caches are plain device memory): the same model under another activation dtype.
+  // Set the creating backend back before destroying this (it frees the memory).
+  void set_backend(kernels::CudaBackend* backend) { backend_ = backend; }
+
  private:
   LlamaStepBench(kernels::CudaBackend* backend, LlamaShape shape)
       : backend_(backend), shape_(shape) {}

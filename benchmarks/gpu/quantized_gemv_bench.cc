@@ -123,7 +123,8 @@ absl::StatusOr<nlohmann::json> RunQuantizedGemvBench(kernels::CudaBackend& backe
     cudaFree(x);
     return s;
   }
-  FillRandom(x, max_m * max_dim, DType::kF32, 1.0f, 99, stream);
+  // Activations in the backend's dtype (sized for float32, enough for either).
+  FillRandom(x, max_m * max_dim, backend.activation_dtype(), 1.0f, 99, stream);
 
   absl::Status status;
   for (const LayerShape& shape : kShapes) {
@@ -223,7 +224,7 @@ absl::StatusOr<nlohmann::json> RunQuantizedPrefillBench(kernels::CudaBackend& ba
     cudaFree(x);
     return s;
   }
-  FillRandom(x, tokens * max_k, DType::kF32, 1.0f, 98, stream);
+  FillRandom(x, tokens * max_k, backend.activation_dtype(), 1.0f, 98, stream);
   nlohmann::json out = nlohmann::json::array();
   absl::Status status;
   struct Variant {

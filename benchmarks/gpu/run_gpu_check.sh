@@ -29,6 +29,8 @@
 #   CTEST_JOBS         tests run at once (default 4 in gpu-only mode, 1 in full mode)
 #   TESSERA_CMAKE_ARGS extra CMake arguments, e.g. -DCMAKE_PREFIX_PATH=/opt/deps
 #   GPU_BENCH_ARGS     extra gpu_bench arguments, e.g. "--layers 8 --batches 1,64"
+#                      (gpu_bench runs with BF16 activations, the worker's default, and
+#                      times decode with FP32 ones too; "--activations f32" swaps them)
 #   OUT_JSON           where the JSON goes (default benchmarks/results/gpu_check-<date>.json)
 #   OUT                when set (the device tool sets it), the JSON, the logs and the summary
 #                      are copied there as well
@@ -255,6 +257,10 @@ skipped=$(grep -c '\*\*\*Skipped' "$BUILD_DIR/ctest.log")
   [ "$skipped" -gt 0 ] && grep '\*\*\*Skipped' "$BUILD_DIR/ctest.log" | head -5 | sed 's/^/           /'
   if [ "$bench_rc" -eq 0 ]; then
     echo "benchmark: ok, $OUT_JSON (in $ROOT)"
+    # The activation dtype of the main tables, and decode at both dtypes (gpu_bench prints
+    # "activations" in its header and a second decode table for the other dtype).
+    grep -m1 -o '[A-Z0-9]* activations$' "$BUILD_DIR/gpu_bench.log" | sed 's/^/           /'
+    grep -A3 '^decode with .* activations' "$BUILD_DIR/gpu_bench.log" | sed 's/^/           /'
   else
     echo "benchmark: exit $bench_rc"
   fi

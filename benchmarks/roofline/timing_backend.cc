@@ -24,22 +24,22 @@ void TimingBackend::EmbeddingGather(const int32_t* ids, int n, kernels::MatrixVi
 }
 
 void TimingBackend::RmsNorm(const float* x, const float* weight, int n, int dim, float eps,
-                            float* out) {
+                            void* out) {
   Timed("rms_norm", 0, [&] { inner_->RmsNorm(x, weight, n, dim, eps, out); });
 }
 
-void TimingBackend::AddRmsNorm(float* hidden, const float* delta, const float* weight, int n,
-                               int dim, float eps, float* out) {
+void TimingBackend::AddRmsNorm(float* hidden, const void* delta, const float* weight, int n,
+                               int dim, float eps, void* out) {
   Timed("add_rms_norm", 0, [&] { inner_->AddRmsNorm(hidden, delta, weight, n, dim, eps, out); });
 }
 
-void TimingBackend::Gemm(const float* x, int64_t m, kernels::MatrixView w, float* y) {
+void TimingBackend::Gemm(const void* x, int64_t m, kernels::MatrixView w, void* y, DType y_dtype) {
   Timed(absl::StrCat("gemm ", w.rows, "x", w.cols, " ", DTypeName(w.dtype)),
         DTypeBytes(w.dtype, static_cast<uint64_t>(w.rows) * w.cols),
-        [&] { inner_->Gemm(x, m, w, y); });
+        [&] { inner_->Gemm(x, m, w, y, y_dtype); });
 }
 
-void TimingBackend::Rope(float* qkv, int n, int row_stride, const int32_t* positions,
+void TimingBackend::Rope(void* qkv, int n, int row_stride, const int32_t* positions,
                          int num_q_heads, int num_kv_heads, int head_dim, const float* inv_freq,
                          float cos_sin_scale) {
   Timed("rope", 0, [&] {
@@ -48,31 +48,31 @@ void TimingBackend::Rope(float* qkv, int n, int row_stride, const int32_t* posit
   });
 }
 
-void TimingBackend::AddBias(float* y, const float* bias, int n, int dim) {
+void TimingBackend::AddBias(void* y, const float* bias, int n, int dim) {
   Timed("add_bias", 0, [&] { inner_->AddBias(y, bias, n, dim); });
 }
 
-void TimingBackend::SiluMul(const float* gate_up, int n, int inter, float* out) {
+void TimingBackend::SiluMul(const void* gate_up, int n, int inter, void* out) {
   Timed("silu_mul", 0, [&] { inner_->SiluMul(gate_up, n, inter, out); });
 }
 
-void TimingBackend::WriteKvCache(const float* k, const float* v, int row_stride,
+void TimingBackend::WriteKvCache(const void* k, const void* v, int row_stride,
                                  const int64_t* slots, int n, const kernels::KvCacheShape& shape,
                                  void* k_cache, void* v_cache) {
   Timed("write_kv_cache", 0,
         [&] { inner_->WriteKvCache(k, v, row_stride, slots, n, shape, k_cache, v_cache); });
 }
 
-void TimingBackend::PagedAttention(const float* q, int q_stride, const kernels::AttentionBatch& batch,
+void TimingBackend::PagedAttention(const void* q, int q_stride, const kernels::AttentionBatch& batch,
                                    const void* k_cache, const void* v_cache,
                                    const kernels::KvCacheShape& shape, int num_q_heads, float scale,
-                                   float* out) {
+                                   void* out) {
   Timed("paged_attention", 0, [&] {
     inner_->PagedAttention(q, q_stride, batch, k_cache, v_cache, shape, num_q_heads, scale, out);
   });
 }
 
-void TimingBackend::Add(float* y, const float* x, size_t n) {
+void TimingBackend::Add(void* y, const void* x, size_t n) {
   Timed("add", 0, [&] { inner_->Add(y, x, n); });
 }
 

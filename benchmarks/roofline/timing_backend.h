@@ -38,23 +38,25 @@ class TimingBackend final : public kernels::Backend {
   void Synchronize() override { inner_->Synchronize(); }
   size_t FreeMemoryBytes() const override { return inner_->FreeMemoryBytes(); }
 
+  DType activation_dtype() const override { return inner_->activation_dtype(); }
   void EmbeddingGather(const int32_t* ids, int n, kernels::MatrixView table, int64_t vocab_begin,
                        float* out) override;
-  void RmsNorm(const float* x, const float* weight, int n, int dim, float eps, float* out) override;
-  void AddRmsNorm(float* hidden, const float* delta, const float* weight, int n, int dim, float eps,
-                  float* out) override;
-  void Gemm(const float* x, int64_t m, kernels::MatrixView w, float* y) override;
-  void Rope(float* qkv, int n, int row_stride, const int32_t* positions, int num_q_heads,
+  void RmsNorm(const float* x, const float* weight, int n, int dim, float eps, void* out) override;
+  void AddRmsNorm(float* hidden, const void* delta, const float* weight, int n, int dim, float eps,
+                  void* out) override;
+  using kernels::Backend::Gemm;
+  void Gemm(const void* x, int64_t m, kernels::MatrixView w, void* y, DType y_dtype) override;
+  void Rope(void* qkv, int n, int row_stride, const int32_t* positions, int num_q_heads,
             int num_kv_heads, int head_dim, const float* inv_freq,
             float cos_sin_scale) override;
-  void AddBias(float* y, const float* bias, int n, int dim) override;
-  void SiluMul(const float* gate_up, int n, int inter, float* out) override;
-  void WriteKvCache(const float* k, const float* v, int row_stride, const int64_t* slots, int n,
+  void AddBias(void* y, const float* bias, int n, int dim) override;
+  void SiluMul(const void* gate_up, int n, int inter, void* out) override;
+  void WriteKvCache(const void* k, const void* v, int row_stride, const int64_t* slots, int n,
                     const kernels::KvCacheShape& shape, void* k_cache, void* v_cache) override;
-  void PagedAttention(const float* q, int q_stride, const kernels::AttentionBatch& batch,
+  void PagedAttention(const void* q, int q_stride, const kernels::AttentionBatch& batch,
                       const void* k_cache, const void* v_cache, const kernels::KvCacheShape& shape,
-                      int num_q_heads, float scale, float* out) override;
-  void Add(float* y, const float* x, size_t n) override;
+                      int num_q_heads, float scale, void* out) override;
+  void Add(void* y, const void* x, size_t n) override;
 
  private:
   // Runs `op`, charging its time to `key` when enabled.

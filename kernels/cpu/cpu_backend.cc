@@ -67,42 +67,52 @@ class CpuBackend final : public Backend {
                        float* out) override {
     kernels::EmbeddingGather(ids, n, table, vocab_begin, out, &pool_);
   }
+  // Activations are float32 here: the untyped buffers are float buffers.
   void RmsNorm(const float* x, const float* weight, int n, int dim, float eps,
-               float* out) override {
-    kernels::RmsNorm(x, weight, n, dim, eps, out, &pool_);
+               void* out) override {
+    kernels::RmsNorm(x, weight, n, dim, eps, F(out), &pool_);
   }
-  void AddRmsNorm(float* hidden, const float* delta, const float* weight, int n, int dim,
-                  float eps, float* out) override {
-    kernels::AddRmsNorm(hidden, delta, weight, n, dim, eps, out, &pool_);
+  void AddRmsNorm(float* hidden, const void* delta, const float* weight, int n, int dim,
+                  float eps, void* out) override {
+    kernels::AddRmsNorm(hidden, F(delta), weight, n, dim, eps, F(out), &pool_);
   }
-  void Gemm(const float* x, int64_t m, MatrixView w, float* y) override {
-    kernels::Gemm(x, m, w, y, &pool_);
+  using Backend::Gemm;
+  void Gemm(const void* x, int64_t m, MatrixView w, void* y, DType y_dtype) override {
+    if (y_dtype != DType::kF32) {  // A caller bug: this backend's activations are float32.
+      std::fprintf(stderr, "tessera cpu backend: Gemm output dtype %s (float32 only)\n",
+                   DTypeName(y_dtype));
+      std::abort();
+    }
+    kernels::Gemm(F(x), m, w, F(y), &pool_);
   }
-  void Rope(float* qkv, int n, int row_stride, const int32_t* positions, int num_q_heads,
+  void Rope(void* qkv, int n, int row_stride, const int32_t* positions, int num_q_heads,
             int num_kv_heads, int head_dim, const float* inv_freq,
             float cos_sin_scale) override {
-    kernels::Rope(qkv, n, row_stride, positions, num_q_heads, num_kv_heads, head_dim, inv_freq,
-                  cos_sin_scale, &pool_);
+    kernels::Rope(F(qkv), n, row_stride, positions, num_q_heads, num_kv_heads, head_dim,
+                  inv_freq, cos_sin_scale, &pool_);
   }
-  void AddBias(float* y, const float* bias, int n, int dim) override {
-    kernels::AddBias(y, bias, n, dim, &pool_);
+  void AddBias(void* y, const float* bias, int n, int dim) override {
+    kernels::AddBias(F(y), bias, n, dim, &pool_);
   }
-  void SiluMul(const float* gate_up, int n, int inter, float* out) override {
-    kernels::SiluMul(gate_up, n, inter, out, &pool_);
+  void SiluMul(const void* gate_up, int n, int inter, void* out) override {
+    kernels::SiluMul(F(gate_up), n, inter, F(out), &pool_);
   }
-  void WriteKvCache(const float* k, const float* v, int row_stride, const int64_t* slots, int n,
+  void WriteKvCache(const void* k, const void* v, int row_stride, const int64_t* slots, int n,
                     const KvCacheShape& shape, void* k_cache, void* v_cache) override {
-    kernels::WriteKvCache(k, v, row_stride, slots, n, shape, k_cache, v_cache);
+    kernels::WriteKvCache(F(k), F(v), row_stride, slots, n, shape, k_cache, v_cache);
   }
-  void PagedAttention(const float* q, int q_stride, const AttentionBatch& batch,
+  void PagedAttention(const void* q, int q_stride, const AttentionBatch& batch,
                       const void* k_cache, const void* v_cache, const KvCacheShape& shape,
-                      int num_q_heads, float scale, float* out) override {
-    kernels::PagedAttention(q, q_stride, batch, k_cache, v_cache, shape, num_q_heads, scale,
-                            out, &pool_);
+                      int num_q_heads, float scale, void* out) override {
+    kernels::PagedAttention(F(q), q_stride, batch, k_cache, v_cache, shape, num_q_heads, scale,
+                            F(out), &pool_);
   }
-  void Add(float* y, const float* x, size_t n) override { kernels::Add(y, x, n, &pool_); }
+  void Add(void* y, const void* x, size_t n) override { kernels::Add(F(y), F(x), n, &pool_); }
 
  private:
+  static float* F(void* p) { return static_cast<float*>(p); }
+  static const float* F(const void* p) { return static_cast<const float*>(p); }
+
   ThreadPool pool_;
 };
 

@@ -12,7 +12,7 @@ namespace tessera::kernels::gpu {
 
 // Passed to the kernels by value.
 struct AttentionArgs {
-  const float* q;
+  const void* q;  // Activations: float32, or BF16 when `bf16`.
   int q_stride;
   const int32_t* query_start;
   const int32_t* context_lens;
@@ -28,13 +28,14 @@ struct AttentionArgs {
   int num_q_heads;
   float scale;
   int window;  // AttentionBatch::sliding_window; 0 = none.
-  float* out;  // [num_tokens, num_q_heads * head_dim]
+  void* out;  // [num_tokens, num_q_heads * head_dim], activations like q.
+  bool bf16;  // The activation dtype is BF16 (else float32).
 };
 
-inline AttentionArgs MakeArgs(const float* q, int q_stride, const AttentionBatch& batch,
+inline AttentionArgs MakeArgs(const void* q, int q_stride, const AttentionBatch& batch,
                               const void* k_cache, const void* v_cache,
                               const KvCacheShape& shape, int num_q_heads, float scale,
-                              float* out) {
+                              void* out, DType act) {
   const bool fp8 = shape.dtype == DType::kF8E4M3;
   auto scales_of = [&](const void* cache) -> const float* {
     return fp8 ? reinterpret_cast<const float*>(static_cast<const char*>(cache) +
@@ -57,7 +58,8 @@ inline AttentionArgs MakeArgs(const float* q, int q_stride, const AttentionBatch
                        num_q_heads,
                        scale,
                        batch.sliding_window,
-                       out};
+                       out,
+                       act == DType::kBF16};
 }
 
 }  // namespace tessera::kernels::gpu

@@ -117,9 +117,9 @@ __global__ void __launch_bounds__(kSplitThreads)
   float l[G];
   float acc[G][L::kPerThread];
   for (int g = 0; g < G; ++g) {
-    const float* q_row = a.q + static_cast<int64_t>(token) * a.q_stride + (head0 + g) * D + d0;
+    const int64_t q_row = static_cast<int64_t>(token) * a.q_stride + (head0 + g) * D + d0;
     for (int i = 0; i < L::kPerThread; ++i) {
-      qv[g][i] = q_row[i] * a.scale;
+      qv[g][i] = LoadAct(a.q, q_row + i, a.bf16) * a.scale;
       acc[g][i] = 0.0f;
     }
     m[g] = -INFINITY;
@@ -204,7 +204,7 @@ __global__ void __launch_bounds__(kSplitThreads)
     }
     const int64_t row = static_cast<int64_t>(token) * a.num_q_heads + head0 + g;
     if (num_partitions == 1) {
-      a.out[row * D + d] = sum > 0.0f ? o / sum : 0.0f;
+      StoreAct(a.out, row * D + d, sum > 0.0f ? o / sum : 0.0f, a.bf16);
     } else {
       const int64_t idx = row * num_partitions + part;
       part_acc[idx * D + d] = o;
@@ -220,7 +220,7 @@ __global__ void __launch_bounds__(kSplitThreads)
 template <int D>
 __global__ void AttentionSplitReduceKernel(int num_q_heads, int num_partitions,
                                            const float* part_max, const float* part_sum,
-                                           const float* part_acc, float* out) {
+                                           const float* part_acc, void* out, bool bf16) {
   const int64_t row = static_cast<int64_t>(blockIdx.x) * num_q_heads + blockIdx.y;
   const int d = threadIdx.x;
   const int64_t base = row * num_partitions;
@@ -236,7 +236,7 @@ __global__ void AttentionSplitReduceKernel(int num_q_heads, int num_partitions,
       o += part_acc[(base + p) * D + d] * w;
     }
   }
-  out[row * D + d] = sum > 0.0f ? o / sum : 0.0f;
+  StoreAct(out, row * D + d, sum > 0.0f ? o / sum : 0.0f, bf16);
 }
 
 // ---------------------------------------------------------------------------------------
@@ -292,8 +292,11 @@ __global__ void __launch_bounds__(kPrefillThreads) AttentionPrefillKernel(Attent
   for (int e = threadIdx.x; e < kPrefillRows * D; e += kPrefillThreads) {
     const int r = e / D;
     const int d = e % D;
-    s_q[r][d] = r < rows ? a.q[static_cast<int64_t>(q_begin + first + r) * a.q_stride +
-                               head * D + d] * a.scale
+    s_q[r][d] = r < rows ? LoadAct(a.q,
+                                   static_cast<int64_t>(q_begin + first + r) * a.q_stride +
+                                       head * D + d,
+                                   a.bf16) *
+                               a.scale
                          : 0.0f;
   }
 
@@ -360,15 +363,21 @@ __global__ void __launch_bounds__(kPrefillThreads) AttentionPrefillKernel(Attent
   for (int rr = 0; rr < kRowsPerWarp; ++rr) {
     const int r = warp * kRowsPerWarp + rr;
     if (r >= rows) break;
-    float* o = a.out + (static_cast<int64_t>(q_begin + first + r) * a.num_q_heads + head) * D;
+    const int64_t o = (static_cast<int64_t>(q_begin + first + r) * a.num_q_heads + head) * D;
     for (int i = 0; i < kDimsPerLane; ++i) {
       const int d = lane + 32 * i;
-      if (d < D) o[d] = l[rr] > 0.0f ? acc[rr][i] / l[rr] : 0.0f;
+      if (d < D) StoreAct(a.out, o + d, l[rr] > 0.0f ? acc[rr][i] / l[rr] : 0.0f, a.bf16);
     }
   }
 }
 
 // ---------------------------------------------------------------------------------------
+bool CheckActivations(const char* what, DType act, std::string* error) {
+  if (act == DType::kF32 || act == DType::kBF16) return true;
+  return Fail(error, std::string(what) + ": activation dtype " + DTypeName(act) +
+                         " is not supported (F32 or BF16)");
+}
+
 bool CheckShapes(const char* what, const AttentionBatch& batch, const KvCacheShape& shape,
                  int num_q_heads, std::string* error) {
   if (!AttentionHeadDimSupported(shape.head_dim)) {
@@ -435,7 +444,7 @@ bool LaunchSplitFor(const AttentionArgs& args, int num_tokens, int partition_siz
   if (!CheckLaunch("PagedAttentionSplit", error)) return false;
   if (num_partitions > 1) {
     AttentionSplitReduceKernel<D><<<dim3(num_tokens, args.num_q_heads), D, 0, stream>>>(
-        args.num_q_heads, num_partitions, part_max, part_sum, part_acc, args.out);
+        args.num_q_heads, num_partitions, part_max, part_sum, part_acc, args.out, args.bf16);
     return CheckLaunch("PagedAttentionSplitReduce", error);
   }
   return true;
@@ -466,11 +475,12 @@ size_t AttentionSplitWorkspaceBytes(const AttentionBatch& batch, const KvCacheSh
   return static_cast<size_t>(rows) * (2 + std::max(shape.head_dim, 0)) * sizeof(float);
 }
 
-bool LaunchPagedAttentionSplit(const float* q, int q_stride, const AttentionBatch& batch,
+bool LaunchPagedAttentionSplit(const void* q, int q_stride, const AttentionBatch& batch,
                                const void* k_cache, const void* v_cache,
                                const KvCacheShape& shape, int num_q_heads, float scale,
                                int partition_size, void* workspace, size_t workspace_bytes,
-                               float* out, cudaStream_t stream, std::string* error) {
+                               void* out, cudaStream_t stream, std::string* error, DType act) {
+  if (!CheckActivations("PagedAttentionSplit", act, error)) return false;
   if (batch.num_tokens <= 0) return true;
   if (!CheckShapes("PagedAttentionSplit", batch, shape, num_q_heads, error)) return false;
   const int size = PickPartitionSize(batch, shape, num_q_heads, partition_size);
@@ -485,7 +495,7 @@ bool LaunchPagedAttentionSplit(const float* q, int q_stride, const AttentionBatc
                            " bytes, " + std::to_string(needed) + " needed");
   }
   const AttentionArgs args =
-      MakeArgs(q, q_stride, batch, k_cache, v_cache, shape, num_q_heads, scale, out);
+      MakeArgs(q, q_stride, batch, k_cache, v_cache, shape, num_q_heads, scale, out, act);
   float* ws = static_cast<float*>(workspace);
   const int p = static_cast<int>(parts);
   auto launch = [&](auto cache) {
@@ -508,14 +518,15 @@ bool LaunchPagedAttentionSplit(const float* q, int q_stride, const AttentionBatc
   }
 }
 
-bool LaunchPagedAttentionPrefill(const float* q, int q_stride, const AttentionBatch& batch,
+bool LaunchPagedAttentionPrefill(const void* q, int q_stride, const AttentionBatch& batch,
                                  const void* k_cache, const void* v_cache,
                                  const KvCacheShape& shape, int num_q_heads, float scale,
-                                 float* out, cudaStream_t stream, std::string* error) {
+                                 void* out, cudaStream_t stream, std::string* error, DType act) {
+  if (!CheckActivations("PagedAttentionPrefill", act, error)) return false;
   if (batch.num_tokens <= 0) return true;
   if (!CheckShapes("PagedAttentionPrefill", batch, shape, num_q_heads, error)) return false;
   const AttentionArgs args =
-      MakeArgs(q, q_stride, batch, k_cache, v_cache, shape, num_q_heads, scale, out);
+      MakeArgs(q, q_stride, batch, k_cache, v_cache, shape, num_q_heads, scale, out, act);
   auto launch = [&](auto cache) {
     using Cache = decltype(cache);
     switch (shape.head_dim) {

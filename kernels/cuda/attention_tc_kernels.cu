@@ -93,8 +93,11 @@ __global__ void __launch_bounds__(kTcThreads) AttentionPrefillTcKernel(Attention
   for (int e = threadIdx.x; e < kTcRows * D; e += kTcThreads) {
     const int r = e / D;
     const int d = e % D;
-    const float v = r < rows ? a.q[static_cast<int64_t>(q_begin + first + r) * a.q_stride +
-                                   head * D + d] * a.scale
+    const float v = r < rows ? LoadAct(a.q,
+                                       static_cast<int64_t>(q_begin + first + r) * a.q_stride +
+                                           head * D + d,
+                                       a.bf16) *
+                                   a.scale
                              : 0.0f;
     s_q[e] = __float2bfloat16(v);
   }
@@ -214,8 +217,9 @@ __global__ void __launch_bounds__(kTcThreads) AttentionPrefillTcKernel(Attention
     const int row = warp * 16 + r;
     if (row >= rows) continue;
     const float sum = s_l[warp * 16 + r];
-    a.out[(static_cast<int64_t>(q_begin + first + row) * a.num_q_heads + head) * D + e % D] =
-        sum > 0.0f ? o[i] / sum : 0.0f;
+    StoreAct(a.out,
+             (static_cast<int64_t>(q_begin + first + row) * a.num_q_heads + head) * D + e % D,
+             sum > 0.0f ? o[i] / sum : 0.0f, a.bf16);
   }
 #else
   __trap();  // Built without BF16 tensor cores: fail the launch rather than return nothing.
@@ -249,10 +253,14 @@ bool AttentionPrefillTcSupported(const KvCacheShape& shape) {
          (shape.head_dim == 64 || shape.head_dim == 128);
 }
 
-bool LaunchPagedAttentionPrefillTc(const float* q, int q_stride, const AttentionBatch& batch,
+bool LaunchPagedAttentionPrefillTc(const void* q, int q_stride, const AttentionBatch& batch,
                                    const void* k_cache, const void* v_cache,
                                    const KvCacheShape& shape, int num_q_heads, float scale,
-                                   float* out, cudaStream_t stream, std::string* error) {
+                                   void* out, cudaStream_t stream, std::string* error, DType act) {
+  if (act != DType::kF32 && act != DType::kBF16) {
+    return Fail(error, std::string("PagedAttentionPrefillTc: activation dtype ") +
+                           DTypeName(act) + " is not supported (F32 or BF16)");
+  }
   if (batch.num_tokens <= 0) return true;
   if (!AttentionPrefillTcSupported(shape)) {
     return Fail(error, "PagedAttentionPrefillTc: needs a BF16 or FP8 cache and head_dim 64 or "
@@ -265,7 +273,7 @@ bool LaunchPagedAttentionPrefillTc(const float* q, int q_stride, const Attention
                            std::to_string(shape.num_kv_heads));
   }
   const AttentionArgs args =
-      MakeArgs(q, q_stride, batch, k_cache, v_cache, shape, num_q_heads, scale, out);
+      MakeArgs(q, q_stride, batch, k_cache, v_cache, shape, num_q_heads, scale, out, act);
   const bool fp8 = shape.dtype == DType::kF8E4M3;
   if (fp8) {
     return shape.head_dim == 64

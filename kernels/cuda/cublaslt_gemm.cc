@@ -78,9 +78,11 @@ absl::StatusOr<const CublasLtGemm::Plan*> CublasLtGemm::GetPlan(const PlanKey& k
     for (auto& [k, plan] : plans_) DestroyPlan(plan);
     plans_.clear();
   }
-  const auto [dtype_code, m, n, k, align_x, align_w, align_y] = key;
+  const auto [dtype_code, y_dtype_code, m, n, k, align_x, align_w, align_y] = key;
   const DType dtype = static_cast<DType>(dtype_code);
-  const std::string context = absl::StrCat(DTypeName(dtype), " GEMM m=", m, " n=", n, " k=", k);
+  const DType y_dtype = static_cast<DType>(y_dtype_code);
+  const std::string context = absl::StrCat(DTypeName(dtype), " GEMM to ", DTypeName(y_dtype),
+                                           " m=", m, " n=", n, " k=", k);
   const cudaDataType_t in_type = CudaTypeOf(dtype);
 
   // Row-major y[m, n] = x[m, k] w[n, k]^T is column-major y^T[n, m] = op(W)[n, k] x^T[k, m],
@@ -96,7 +98,7 @@ absl::StatusOr<const CublasLtGemm::Plan*> CublasLtGemm::GetPlan(const PlanKey& k
   s = cublasLtMatrixLayoutCreate(&plan.w_layout, in_type, k, n, k);
   if (s == CUBLAS_STATUS_SUCCESS) s = cublasLtMatrixLayoutCreate(&plan.x_layout, in_type, k, m, k);
   if (s == CUBLAS_STATUS_SUCCESS) {
-    s = cublasLtMatrixLayoutCreate(&plan.y_layout, CUDA_R_32F, n, m, n);
+    s = cublasLtMatrixLayoutCreate(&plan.y_layout, CudaTypeOf(y_dtype), n, m, n);
   }
   if (s != CUBLAS_STATUS_SUCCESS) {
     DestroyPlan(plan);
@@ -139,9 +141,15 @@ absl::StatusOr<const CublasLtGemm::Plan*> CublasLtGemm::GetPlan(const PlanKey& k
 }
 
 absl::Status CublasLtGemm::Matmul(const void* x, const void* w, DType dtype, int64_t m,
-                                  int64_t n, int64_t k, float* y, cudaStream_t stream) {
-  const PlanKey key{static_cast<int>(dtype), m, n, k, AlignmentOf(x), AlignmentOf(w),
-                    AlignmentOf(y)};
+                                  int64_t n, int64_t k, void* y, DType y_dtype,
+                                  cudaStream_t stream) {
+  if (y_dtype != DType::kF32 && !(y_dtype == DType::kBF16 && dtype == DType::kBF16)) {
+    return absl::InvalidArgumentError(absl::StrCat("cuBLASLt GEMM: ", DTypeName(dtype),
+                                                   " inputs to ", DTypeName(y_dtype),
+                                                   " (F32, or BF16 from BF16 inputs)"));
+  }
+  const PlanKey key{static_cast<int>(dtype), static_cast<int>(y_dtype), m, n, k, AlignmentOf(x),
+                    AlignmentOf(w), AlignmentOf(y)};
   absl::StatusOr<const Plan*> plan = GetPlan(key);
   if (!plan.ok()) return plan.status();
   const float alpha = 1.0f;

@@ -15,9 +15,10 @@
 
 namespace tessera::kernels {
 
-// y[m, n] (float32) = x[m, k] * w[n, k]^T through cuBLASLt, both inputs row-major of the
-// same dtype. F32 uses CUBLAS_COMPUTE_32F without TF32, so it matches the CPU to float
-// rounding; BF16/F16 inputs accumulate in float32 and write float32. F8_E4M3 inputs
+// y[m, n] = x[m, k] * w[n, k]^T through cuBLASLt, both inputs row-major of the same dtype,
+// y float32 or (from BF16 inputs) BF16, `y_dtype`. F32 uses CUBLAS_COMPUTE_32F without
+// TF32, so it matches the CPU to float rounding; BF16/F16 inputs accumulate in float32 and
+// round once to y's dtype. F8_E4M3 inputs
 // (sm_89+, k % 16 == 0, 16-byte aligned; otherwise no algorithm, UNIMPLEMENTED) use the
 // FP8 tensor cores with their precise (not fast) accumulation and no scales of their own.
 // Plans (descriptors + heuristic algorithm) are cached per shape, dtype and pointer
@@ -31,7 +32,7 @@ class CublasLtGemm {
   CublasLtGemm& operator=(const CublasLtGemm&) = delete;
 
   absl::Status Matmul(const void* x, const void* w, DType dtype, int64_t m, int64_t n,
-                      int64_t k, float* y, cudaStream_t stream);
+                      int64_t k, void* y, DType y_dtype, cudaStream_t stream);
 
  private:
   struct Plan {
@@ -41,8 +42,8 @@ class CublasLtGemm {
     cublasLtMatrixLayout_t y_layout = nullptr;
     cublasLtMatmulAlgo_t algo{};
   };
-  // dtype, m, n, k, alignment of x, w, y.
-  using PlanKey = std::tuple<int, int64_t, int64_t, int64_t, int, int, int>;
+  // dtype, y dtype, m, n, k, alignment of x, w, y.
+  using PlanKey = std::tuple<int, int, int64_t, int64_t, int64_t, int, int, int>;
 
   CublasLtGemm(cublasLtHandle_t handle, void* workspace, size_t workspace_bytes)
       : handle_(handle), workspace_(workspace), workspace_bytes_(workspace_bytes) {}

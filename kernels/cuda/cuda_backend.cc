@@ -33,7 +33,13 @@ absl::StatusOr<int> CudaDeviceCount() {
   return count;
 }
 
-absl::StatusOr<std::unique_ptr<CudaBackend>> CudaBackend::Create(int device) {
+absl::StatusOr<std::unique_ptr<CudaBackend>> CudaBackend::Create(int device,
+                                                                 DType activation_dtype) {
+  if (activation_dtype != DType::kF32 && activation_dtype != DType::kBF16) {
+    return absl::InvalidArgumentError(absl::StrCat("CUDA activation dtype ",
+                                                   DTypeName(activation_dtype),
+                                                   " is not supported (F32 or BF16)"));
+  }
   absl::StatusOr<int> count = CudaDeviceCount();
   if (!count.ok()) return count.status();
   if (device < 0 || device >= *count) {
@@ -65,17 +71,18 @@ absl::StatusOr<std::unique_ptr<CudaBackend>> CudaBackend::Create(int device) {
   }
   const bool fp8_tensor_cores = major > 8 || (major == 8 && minor >= 9);
   return std::unique_ptr<CudaBackend>(
-      new CudaBackend(device, stream, *std::move(gemm), fp8_tensor_cores, major >= 8));
+      new CudaBackend(device, stream, *std::move(gemm), fp8_tensor_cores, major >= 8,
+                      activation_dtype));
 }
 
-absl::StatusOr<std::unique_ptr<CudaBackend>> MakeCudaBackend(int device) {
-  return CudaBackend::Create(device);
+absl::StatusOr<std::unique_ptr<CudaBackend>> MakeCudaBackend(int device, DType activation_dtype) {
+  return CudaBackend::Create(device, activation_dtype);
 }
 
 CudaBackend::~CudaBackend() {
   cudaStreamSynchronize(stream_);
   gemm_.reset();
-  for (Scratch* s : {&activations_, &dequantized_, &attention_, &sampling_, &fp8_inputs_,
+  for (Scratch* s : {&activations_, &gemm_out_, &dequantized_, &attention_, &sampling_, &fp8_inputs_,
                      &penalized_, &sample_io_}) {
     if (s->data != nullptr) cudaFree(s->data);
   }
@@ -173,7 +180,6 @@ void CudaBackend::CopyToDeviceAsync(void* dst, const void* host_src, size_t byte
     staged_ = 0;
     if (padded > staging_bytes_) {
       if (staging_ != nullptr) cudaFreeHost(staging_);
-  for (cudaGraphExec_t g : graphs_) cudaGraphExecDestroy(g);
       staging_ = nullptr;
       staging_bytes_ = 0;
       const size_t grown = std::max<size_t>(padded * 2, size_t{1} << 20);
@@ -239,22 +245,33 @@ void CudaBackend::EmbeddingGather(const int32_t* ids, int n, MatrixView table,
 }
 
 void CudaBackend::RmsNorm(const float* x, const float* weight, int n, int dim, float eps,
-                          float* out) {
+                          void* out) {
   std::string error;
-  RecordLaunch(gpu::LaunchRmsNorm(x, weight, n, dim, eps, out, stream_, &error), error);
-}
-
-void CudaBackend::AddRmsNorm(float* hidden, const float* delta, const float* weight, int n,
-                             int dim, float eps, float* out) {
-  std::string error;
-  RecordLaunch(gpu::LaunchAddRmsNorm(hidden, delta, weight, n, dim, eps, out, stream_, &error),
+  RecordLaunch(gpu::LaunchRmsNorm(x, weight, n, dim, eps, out, stream_, &error,
+                                  activation_dtype_),
                error);
 }
 
-void CudaBackend::Gemm(const float* x, int64_t m, MatrixView w, float* y) {
+void CudaBackend::AddRmsNorm(float* hidden, const void* delta, const float* weight, int n,
+                             int dim, float eps, void* out) {
+  std::string error;
+  RecordLaunch(gpu::LaunchAddRmsNorm(hidden, delta, weight, n, dim, eps, out, stream_, &error,
+                                     activation_dtype_),
+               error);
+}
+
+void CudaBackend::Gemm(const void* x, int64_t m, MatrixView w, void* y, DType y_dtype) {
+  if (y_dtype != DType::kF32 && y_dtype != activation_dtype_) {
+    Record(absl::InvalidArgumentError(absl::StrCat("Gemm: output dtype ", DTypeName(y_dtype),
+                                                   " is neither F32 nor the activation dtype ",
+                                                   DTypeName(activation_dtype_))));
+    return;
+  }
   if (m <= 0 || w.rows <= 0) return;
-  if (w.cols <= 0) {  // An empty sum.
-    RecordCuda(cudaMemsetAsync(y, 0, static_cast<size_t>(m * w.rows) * sizeof(float), stream_),
+  const DType act = activation_dtype_;
+  if (w.cols <= 0) {  // An empty sum (all-zero bits are 0 in F32 and BF16 alike).
+    RecordCuda(cudaMemsetAsync(y, 0, static_cast<size_t>(m * w.rows) * DTypeSize(y_dtype),
+                               stream_),
                "cudaMemsetAsync for a K=0 GEMM");
     return;
   }
@@ -262,7 +279,8 @@ void CudaBackend::Gemm(const float* x, int64_t m, MatrixView w, float* y) {
     std::string error;
     if (m <= gpu::kQuantizedGemvMaxRows) {
       // Decode is bound by weight bytes: read the quantized bytes once, nothing widened.
-      RecordLaunch(gpu::LaunchQuantizedGemv(x, static_cast<int>(m), w, y, stream_, &error),
+      RecordLaunch(gpu::LaunchQuantizedGemv(x, static_cast<int>(m), w, y, stream_, &error, act,
+                                            y_dtype),
                    error);
       return;
     }
@@ -271,7 +289,7 @@ void CudaBackend::Gemm(const float* x, int64_t m, MatrixView w, float* y) {
       return;
     }
     if (fp8_activations_ && fp8_tensor_cores_ && w.dtype == DType::kF8E4M3 &&
-        GemmFp8Activations(x, m, w, y)) {
+        GemmFp8Activations(x, m, w, y, y_dtype)) {
       return;
     }
     // Prefill is bound by the GEMM: widen to BF16 (scales folded in) for cuBLASLt.
@@ -283,27 +301,44 @@ void CudaBackend::Gemm(const float* x, int64_t m, MatrixView w, float* y) {
       RecordLaunch(false, error);
       return;
     }
-    Gemm(x, m, MatrixView{widened, DType::kBF16, w.rows, w.cols}, y);
+    GemmDense(x, m, MatrixView{widened, DType::kBF16, w.rows, w.cols}, y, y_dtype);
     return;
   }
   if (w.dtype != DType::kF32 && m <= gpu::kGemvMaxRows) {
     std::string error;
-    RecordLaunch(gpu::LaunchGemv(x, static_cast<int>(m), w, y, stream_, &error), error);
+    RecordLaunch(gpu::LaunchGemv(x, static_cast<int>(m), w, y, stream_, &error, act, y_dtype),
+                 error);
     return;
   }
+  GemmDense(x, m, w, y, y_dtype);
+}
+
+void CudaBackend::GemmDense(const void* x, int64_t m, const MatrixView& w, void* y,
+                            DType y_dtype) {
+  const DType act = activation_dtype_;
+  std::string error;
+  // cuBLASLt wants both operands in one dtype: BF16 activations meet BF16 weights as they
+  // are; any other pairing converts the activations to the weight dtype in scratch.
   const void* lhs = x;
-  if (w.dtype != DType::kF32) {
+  if (w.dtype != act) {
     const size_t elements = static_cast<size_t>(m * w.cols);
     void* converted = Ensure(activations_, elements * DTypeSize(w.dtype), "GEMM activations");
     if (converted == nullptr) return;
-    std::string error;
-    if (!gpu::LaunchConvertF32(x, elements, w.dtype, converted, stream_, &error)) {
+    if (!gpu::LaunchConvert(x, act, elements, w.dtype, converted, stream_, &error)) {
       RecordLaunch(false, error);
       return;
     }
     lhs = converted;
   }
-  absl::Status status = gemm_->Matmul(lhs, w.data, w.dtype, m, w.rows, w.cols, y, stream_);
+  // It writes F32, or BF16 from BF16 inputs; BF16 outputs of other inputs go through float32.
+  const bool via_f32 = y_dtype != DType::kF32 && w.dtype != DType::kBF16;
+  void* out = y;
+  if (via_f32) {
+    out = Ensure(gemm_out_, static_cast<size_t>(m * w.rows) * sizeof(float), "GEMM output");
+    if (out == nullptr) return;
+  }
+  absl::Status status = gemm_->Matmul(lhs, w.data, w.dtype, m, w.rows, w.cols, out,
+                                      via_f32 ? DType::kF32 : y_dtype, stream_);
   if (!status.ok() && w.dtype != DType::kF32) {
     // cuBLASLt has no kernel for this shape or alignment (a weight slice at an odd offset):
     // fall back to the GEMV kernel, 8 rows at a time. Slow, but correct.
@@ -312,37 +347,61 @@ void CudaBackend::Gemm(const float* x, int64_t m, MatrixView w, float* y) {
       std::fprintf(stderr, "tessera cuda backend: %s; using the GEMV fallback\n",
                    std::string(status.message()).c_str());
     }
-    for (int64_t row = 0; row < m; row += gpu::kGemvMaxRows) {
-      const int rows = static_cast<int>(std::min<int64_t>(gpu::kGemvMaxRows, m - row));
-      std::string error;
-      if (!gpu::LaunchGemv(x + row * w.cols, rows, w, y + row * w.rows, stream_, &error)) {
-        RecordLaunch(false, error);
-        return;
-      }
-    }
+    GemvRows(x, m, w, y, y_dtype);
     return;
   }
-  Record(std::move(status));
+  if (!status.ok()) {
+    Record(std::move(status));
+    return;
+  }
+  if (via_f32) {
+    RecordLaunch(gpu::LaunchConvert(out, DType::kF32, static_cast<size_t>(m * w.rows), y_dtype,
+                                    y, stream_, &error),
+                 error);
+  }
 }
 
-bool CudaBackend::GemmFp8Activations(const float* x, int64_t m, const MatrixView& w,
-                                     float* y) {
+void CudaBackend::GemvRows(const void* x, int64_t m, const MatrixView& w, void* y,
+                           DType y_dtype) {
+  const size_t x_row = static_cast<size_t>(w.cols) * DTypeSize(activation_dtype_);
+  const size_t y_row = static_cast<size_t>(w.rows) * DTypeSize(y_dtype);
+  for (int64_t row = 0; row < m; row += gpu::kGemvMaxRows) {
+    const int rows = static_cast<int>(std::min<int64_t>(gpu::kGemvMaxRows, m - row));
+    std::string error;
+    if (!gpu::LaunchGemv(static_cast<const char*>(x) + row * x_row, rows, w,
+                         static_cast<char*>(y) + row * y_row, stream_, &error,
+                         activation_dtype_, y_dtype)) {
+      RecordLaunch(false, error);
+      return;
+    }
+  }
+}
+
+bool CudaBackend::GemmFp8Activations(const void* x, int64_t m, const MatrixView& w, void* y,
+                                     DType y_dtype) {
   const size_t elements = static_cast<size_t>(m * w.cols);
   void* workspace = Ensure(fp8_inputs_, gpu::Fp8ActivationWorkspaceBytes(elements),
                            "FP8 GEMM activations");
   if (workspace == nullptr) return true;  // Recorded; nothing more to run.
+  // The FP8 GEMM writes float32; a BF16 y gets it through scratch, rounded once when the
+  // scales are applied.
+  void* product = y;
+  if (y_dtype != DType::kF32) {
+    product = Ensure(gemm_out_, static_cast<size_t>(m * w.rows) * sizeof(float), "GEMM output");
+    if (product == nullptr) return true;
+  }
   std::string error;
   void* codes = nullptr;
   float* x_scale = nullptr;
   if (!gpu::LaunchQuantizeActivationsFp8(x, elements, workspace, &codes, &x_scale, stream_,
-                                         &error)) {
+                                         &error, activation_dtype_)) {
     RecordLaunch(false, error);
     return true;
   }
   // cuBLASLt's own per-tensor scales would cover the activations but not the weights'
   // per-row scales, so both are applied in one pass over y afterwards.
-  absl::Status status = gemm_->Matmul(codes, w.data, DType::kF8E4M3, m, w.rows, w.cols, y,
-                                      stream_);
+  absl::Status status = gemm_->Matmul(codes, w.data, DType::kF8E4M3, m, w.rows, w.cols, product,
+                                      DType::kF32, stream_);
   if (!status.ok()) {
     // No FP8 algorithm for this shape or alignment (cuBLASLt reports some of those as
     // errors, not as an empty heuristic): like the BF16 fallback below, take the next path.
@@ -353,44 +412,49 @@ bool CudaBackend::GemmFp8Activations(const float* x, int64_t m, const MatrixView
     }
     return false;  // The quantized activations go unused.
   }
-  RecordLaunch(gpu::LaunchScaleColumns(y, w.scales, x_scale, m, w.rows, stream_, &error), error);
+  RecordLaunch(gpu::LaunchScaleColumns(static_cast<const float*>(product), w.scales, x_scale, m,
+                                       w.rows, y, stream_, &error, y_dtype),
+               error);
   ++fp8_gemms_;
   return true;
 }
 
-void CudaBackend::Rope(float* qkv, int n, int row_stride, const int32_t* positions,
+void CudaBackend::Rope(void* qkv, int n, int row_stride, const int32_t* positions,
                        int num_q_heads, int num_kv_heads, int head_dim, const float* inv_freq,
                        float cos_sin_scale) {
   std::string error;
   RecordLaunch(gpu::LaunchRope(qkv, n, row_stride, positions, num_q_heads, num_kv_heads,
-                               head_dim, inv_freq, cos_sin_scale, stream_, &error),
+                               head_dim, inv_freq, cos_sin_scale, stream_, &error,
+                               activation_dtype_),
                error);
 }
 
-void CudaBackend::AddBias(float* y, const float* bias, int n, int dim) {
+void CudaBackend::AddBias(void* y, const float* bias, int n, int dim) {
   std::string error;
-  RecordLaunch(gpu::LaunchAddBias(y, bias, n, dim, stream_, &error), error);
+  RecordLaunch(gpu::LaunchAddBias(y, bias, n, dim, stream_, &error, activation_dtype_), error);
 }
 
-void CudaBackend::SiluMul(const float* gate_up, int n, int inter, float* out) {
+void CudaBackend::SiluMul(const void* gate_up, int n, int inter, void* out) {
   std::string error;
-  RecordLaunch(gpu::LaunchSiluMul(gate_up, n, inter, out, stream_, &error), error);
+  RecordLaunch(gpu::LaunchSiluMul(gate_up, n, inter, out, stream_, &error, activation_dtype_),
+               error);
 }
 
-void CudaBackend::WriteKvCache(const float* k, const float* v, int row_stride,
+void CudaBackend::WriteKvCache(const void* k, const void* v, int row_stride,
                                const int64_t* slots, int n, const KvCacheShape& shape,
                                void* k_cache, void* v_cache) {
   std::string error;
   RecordLaunch(gpu::LaunchWriteKvCache(k, v, row_stride, slots, n, shape, k_cache, v_cache,
-                                       stream_, &error),
+                                       stream_, &error, activation_dtype_),
                error);
 }
 
-void CudaBackend::PagedAttention(const float* q, int q_stride, const AttentionBatch& batch,
+void CudaBackend::PagedAttention(const void* q, int q_stride, const AttentionBatch& batch,
                                  const void* k_cache, const void* v_cache,
                                  const KvCacheShape& shape, int num_q_heads, float scale,
-                                 float* out) {
+                                 void* out) {
   std::string error;
+  const DType act = activation_dtype_;
   const bool pure_decode = batch.num_tokens == batch.num_seqs;
   const int decode_seqs =
       pure_decode ? batch.num_seqs : std::clamp(batch.num_decode_seqs, 0, batch.num_seqs);
@@ -407,7 +471,7 @@ void CudaBackend::PagedAttention(const float* q, int q_stride, const AttentionBa
     }
     if (!gpu::LaunchPagedAttentionSplit(q, q_stride, decode, k_cache, v_cache, shape,
                                         num_q_heads, scale, 0, workspace, bytes, out, stream_,
-                                        &error)) {
+                                        &error, act)) {
       RecordLaunch(false, error);
       return;
     }
@@ -425,18 +489,19 @@ void CudaBackend::PagedAttention(const float* q, int q_stride, const AttentionBa
   rest.num_decode_seqs = 0;
   if (bf16_tensor_cores_ && gpu::AttentionPrefillTcSupported(shape)) {
     RecordLaunch(gpu::LaunchPagedAttentionPrefillTc(q, q_stride, rest, k_cache, v_cache, shape,
-                                                    num_q_heads, scale, out, stream_, &error),
+                                                    num_q_heads, scale, out, stream_, &error,
+                                                    act),
                  error);
     return;
   }
   RecordLaunch(gpu::LaunchPagedAttentionPrefill(q, q_stride, rest, k_cache, v_cache, shape,
-                                                num_q_heads, scale, out, stream_, &error),
+                                                num_q_heads, scale, out, stream_, &error, act),
                error);
 }
 
-void CudaBackend::Add(float* y, const float* x, size_t n) {
+void CudaBackend::Add(void* y, const void* x, size_t n) {
   std::string error;
-  RecordLaunch(gpu::LaunchAdd(y, x, n, stream_, &error), error);
+  RecordLaunch(gpu::LaunchAdd(y, x, n, stream_, &error, activation_dtype_), error);
 }
 
 absl::Status CudaBackend::SampleGreedy(const float* logits, int rows, int vocab,

@@ -32,7 +32,11 @@ absl::StatusOr<int> CudaDeviceCount();
 class CudaBackend final : public Backend {
  public:
   // Fails with a clear status when `device` does not exist or cannot be initialised.
-  static absl::StatusOr<std::unique_ptr<CudaBackend>> Create(int device);
+  // `activation_dtype`: kBF16 (the default: half the activation bytes between kernels,
+  // float32 accumulation inside them, float32 residual stream and logits) or kF32 (every
+  // activation float32, as the CPU backend; the exact twin tests use it).
+  static absl::StatusOr<std::unique_ptr<CudaBackend>> Create(
+      int device, DType activation_dtype = DType::kBF16);
   ~CudaBackend() override;
   CudaBackend(const CudaBackend&) = delete;
   CudaBackend& operator=(const CudaBackend&) = delete;
@@ -52,34 +56,39 @@ class CudaBackend final : public Backend {
   void Synchronize() override;
   size_t FreeMemoryBytes() const override;
 
+  DType activation_dtype() const override { return activation_dtype_; }
   void EmbeddingGather(const int32_t* ids, int n, MatrixView table, int64_t vocab_begin,
                        float* out) override;
   void RmsNorm(const float* x, const float* weight, int n, int dim, float eps,
-               float* out) override;
-  void AddRmsNorm(float* hidden, const float* delta, const float* weight, int n, int dim,
-                  float eps, float* out) override;
-  // m <= 8 with BF16/F16 weights: the GEMV kernel (activations stay float32). Otherwise
-  // cuBLASLt: F32 exact, BF16/F16 after rounding the activations to the weight dtype
-  // (falling back to the GEMV kernel, 8 rows at a time, if cuBLASLt has no algorithm).
-  // Quantized weights (kI8, kF8E4M3, kU4): m <= 8 the fused quantized GEMV on the bytes
-  // themselves; larger m widens them to BF16 in scratch (scales folded in) for cuBLASLt.
-  void Gemm(const float* x, int64_t m, MatrixView w, float* y) override;
-  void Rope(float* qkv, int n, int row_stride, const int32_t* positions, int num_q_heads,
+               void* out) override;
+  void AddRmsNorm(float* hidden, const void* delta, const float* weight, int n, int dim,
+                  float eps, void* out) override;
+  // m <= 8 with BF16/F16 weights: the GEMV kernel (x and y in their own dtypes, float32
+  // accumulation). Otherwise cuBLASLt: BF16 activations on BF16 weights directly (y BF16 or
+  // F32 straight from the GEMM); F32 weights on F32 activations exact; other pairings
+  // convert the activations to the weight dtype in scratch first (and y through float32
+  // scratch when cuBLASLt cannot write its dtype). Falls back to the GEMV kernel, 8 rows at
+  // a time, if cuBLASLt has no algorithm. Quantized weights (kI8, kF8E4M3, kU4): m <= 8 the
+  // fused quantized GEMV on the bytes themselves; larger m widens them to BF16 in scratch
+  // (scales folded in) for cuBLASLt.
+  using Backend::Gemm;
+  void Gemm(const void* x, int64_t m, MatrixView w, void* y, DType y_dtype) override;
+  void Rope(void* qkv, int n, int row_stride, const int32_t* positions, int num_q_heads,
             int num_kv_heads, int head_dim, const float* inv_freq,
             float cos_sin_scale) override;
-  void AddBias(float* y, const float* bias, int n, int dim) override;
-  void SiluMul(const float* gate_up, int n, int inter, float* out) override;
-  void WriteKvCache(const float* k, const float* v, int row_stride, const int64_t* slots, int n,
+  void AddBias(void* y, const float* bias, int n, int dim) override;
+  void SiluMul(const void* gate_up, int n, int inter, void* out) override;
+  void WriteKvCache(const void* k, const void* v, int row_stride, const int64_t* slots, int n,
                     const KvCacheShape& shape, void* k_cache, void* v_cache) override;
   // Decode tokens use the split-K kernel and prefill chunks the tiled kernel: a pure decode
   // batch all split-K, a mixed one (continuous batching) its batch.num_decode_seqs leading
   // sequences split-K and the rest tiled, so a decode token never costs a 16-row tile.
   // Prefill runs on the tensor cores (sm_80+) where the cache is BF16 or FP8 and head_dim
   // 64 or 128, precision the cache has already given up; FP32 caches keep the FP32 kernel.
-  void PagedAttention(const float* q, int q_stride, const AttentionBatch& batch,
+  void PagedAttention(const void* q, int q_stride, const AttentionBatch& batch,
                       const void* k_cache, const void* v_cache, const KvCacheShape& shape,
-                      int num_q_heads, float scale, float* out) override;
-  void Add(float* y, const float* x, size_t n) override;
+                      int num_q_heads, float scale, void* out) override;
+  void Add(void* y, const void* x, size_t n) override;
   bool SupportsGraphs() const override { return true; }
   bool BeginCapture() override;
   int EndCapture() override;
@@ -109,7 +118,7 @@ class CudaBackend final : public Backend {
   // Prefill GEMMs (m > 8) with FP8 E4M3 weights: with this on, and on sm_89+, the
   // activations are quantized to E4M3 too (one dynamic scale per GEMM, amax / 448) and
   // the product runs on the FP8 tensor cores, twice the BF16 rate, at FP8 accuracy (a few
-  // % of the output's rms). Off by default: weight-only FP8 keeps float activations. Where
+  // % of the output's rms). Off by default: weight-only FP8 keeps the activation dtype. Where
   // cuBLASLt has no FP8 algorithm (K % 16 != 0, unaligned slices) the BF16 path runs.
   void set_fp8_activations(bool on) { fp8_activations_ = on; }
   bool fp8_tensor_cores() const { return fp8_tensor_cores_; }
@@ -129,15 +138,21 @@ class CudaBackend final : public Backend {
   };
 
   CudaBackend(int device, cudaStream_t stream, std::unique_ptr<CublasLtGemm> gemm,
-              bool fp8_tensor_cores, bool bf16_tensor_cores)
+              bool fp8_tensor_cores, bool bf16_tensor_cores, DType activation_dtype)
       : device_(device),
         stream_(stream),
         gemm_(std::move(gemm)),
         fp8_tensor_cores_(fp8_tensor_cores),
-        bf16_tensor_cores_(bf16_tensor_cores) {}
+        bf16_tensor_cores_(bf16_tensor_cores),
+        activation_dtype_(activation_dtype) {}
   // The FP8 x FP8 prefill GEMM; false (nothing recorded) when cuBLASLt cannot run it for
   // this shape, so the caller takes the BF16 path.
-  bool GemmFp8Activations(const float* x, int64_t m, const MatrixView& w, float* y);
+  bool GemmFp8Activations(const void* x, int64_t m, const MatrixView& w, void* y,
+                          DType y_dtype);
+  // cuBLASLt with weights that are not quantized; false (recorded) on failure.
+  void GemmDense(const void* x, int64_t m, const MatrixView& w, void* y, DType y_dtype);
+  // The GEMV kernel over m rows, 8 at a time (cuBLASLt's fallback).
+  void GemvRows(const void* x, int64_t m, const MatrixView& w, void* y, DType y_dtype);
   void* Ensure(Scratch& scratch, size_t bytes, const char* what);
   void Record(absl::Status status);
   void RecordLaunch(bool ok, const std::string& error);
@@ -146,7 +161,8 @@ class CudaBackend final : public Backend {
   int device_;
   cudaStream_t stream_;
   std::unique_ptr<CublasLtGemm> gemm_;
-  Scratch activations_;  // GEMM inputs rounded to BF16/F16.
+  Scratch activations_;  // GEMM inputs converted to the weight dtype (when they differ).
+  Scratch gemm_out_;     // GEMM outputs in float32 before rounding to BF16 (when needed).
   Scratch dequantized_;  // Quantized weights widened to BF16 for one prefill GEMM.
   Scratch attention_;    // Split-K partials.
   Scratch sampling_;     // Per-row sampling parameters.
@@ -171,10 +187,12 @@ class CudaBackend final : public Backend {
   bool bf16_tensor_cores_;  // Compute capability 8.0 or newer (BF16 WMMA).
   bool fp8_activations_ = false;
   int64_t fp8_gemms_ = 0;
+  DType activation_dtype_;  // kBF16 or kF32.
 };
 
 // Convenience for callers that only need the Backend interface.
-absl::StatusOr<std::unique_ptr<CudaBackend>> MakeCudaBackend(int device);
+absl::StatusOr<std::unique_ptr<CudaBackend>> MakeCudaBackend(
+    int device, DType activation_dtype = DType::kBF16);
 
 }  // namespace tessera::kernels
 

@@ -50,6 +50,48 @@ __device__ __forceinline__ float ToFloat<__nv_bfloat16>(__nv_bfloat16 v) {
 template <>
 __device__ __forceinline__ float ToFloat<__half>(__half v) { return __half2float(v); }
 
+// ---- Activations: float32 or BF16 (the backend's activation dtype), always float in
+// registers. Kernels that stream activations (elementwise ops, KV writes, the FP8
+// quantizer, the GEMVs' x) are templated on the element type (ToFloat / StoreAs, LoadAct4 /
+// LoadAct8). Where a kernel touches an activation once per row or per output (attention's
+// q and out, the GEMVs' y) it takes an untyped pointer and a block-uniform `bf16` flag
+// (LoadAct / StoreAct): the branch costs nothing there, and the attention kernels' many
+// (head_dim, cache, GQA group) instantiations are not doubled.
+__device__ __forceinline__ float LoadAct(const void* p, int64_t i, bool bf16) {
+  return bf16 ? __bfloat162float(static_cast<const __nv_bfloat16*>(p)[i])
+              : static_cast<const float*>(p)[i];
+}
+__device__ __forceinline__ void StoreAct(void* p, int64_t i, float v, bool bf16) {
+  if (bf16) {
+    static_cast<__nv_bfloat16*>(p)[i] = __float2bfloat16_rn(v);
+  } else {
+    static_cast<float*>(p)[i] = v;
+  }
+}
+__device__ __forceinline__ void StoreAs(float x, float* out) { *out = x; }
+__device__ __forceinline__ void StoreAs(float x, __nv_bfloat16* out) {
+  *out = __float2bfloat16_rn(x);
+}
+__device__ __forceinline__ void StoreAs(float x, __half* out) { *out = __float2half_rn(x); }
+
+// Four consecutive activations x[i .. i + 3] (x + i 16-byte aligned for float, 8-byte for
+// BF16) and eight (32 / 16 bytes).
+__device__ __forceinline__ float4 LoadAct4(const float* x, int64_t i) {
+  return __ldg(reinterpret_cast<const float4*>(x + i));
+}
+__device__ __forceinline__ float4 LoadAct4(const __nv_bfloat16* x, int64_t i) {
+  const uint2 raw = __ldg(reinterpret_cast<const uint2*>(x + i));
+  return make_float4(__uint_as_float(raw.x << 16), __uint_as_float(raw.x & 0xffff0000u),
+                     __uint_as_float(raw.y << 16), __uint_as_float(raw.y & 0xffff0000u));
+}
+template <typename TX>
+__device__ __forceinline__ void LoadAct8(const TX* x, int64_t i, float* f) {
+  const float4 a = LoadAct4(x, i);
+  const float4 b = LoadAct4(x, i + 4);
+  f[0] = a.x; f[1] = a.y; f[2] = a.z; f[3] = a.w;
+  f[4] = b.x; f[5] = b.y; f[6] = b.z; f[7] = b.w;
+}
+
 // Turns the state after a launch into the launchers' bool + message convention.
 inline bool CheckLaunch(const char* what, std::string* error) {
   const cudaError_t err = cudaGetLastError();

@@ -27,11 +27,12 @@ __global__ void EmbeddingGatherKernel(const int32_t* ids, int n, const T* table,
   }
 }
 
-// One block per row. With `delta`, hidden += delta first and is written back; the norm is
-// taken of the updated row. Each thread reads and writes only its own columns, so `out`
-// may alias `x`.
-__global__ void RmsNormKernel(const float* x, float* hidden, const float* delta,
-                              const float* weight, int dim, float eps, float* out) {
+// One block per row. With `delta` (activations), hidden += delta first and is written
+// back; the norm is taken of the updated float32 row. Each thread reads and writes only its
+// own columns, so `out` may alias `x` (float32 activations only).
+template <typename T>
+__global__ void RmsNormKernel(const float* x, float* hidden, const T* delta,
+                              const float* weight, int dim, float eps, T* out) {
   __shared__ float scratch[32];
   const int64_t row = blockIdx.x;
   const float* in = x != nullptr ? x + row * dim : hidden + row * dim;
@@ -39,7 +40,7 @@ __global__ void RmsNormKernel(const float* x, float* hidden, const float* delta,
   for (int j = threadIdx.x; j < dim; j += blockDim.x) {
     float v = in[j];
     if (delta != nullptr) {
-      v += delta[row * dim + j];
+      v += ToFloat(delta[row * dim + j]);
       hidden[row * dim + j] = v;
     }
     sum_sq += v * v;
@@ -47,14 +48,15 @@ __global__ void RmsNormKernel(const float* x, float* hidden, const float* delta,
   const float total = BlockSum(sum_sq, scratch);
   const float inv_rms = 1.0f / sqrtf(total / static_cast<float>(dim) + eps);
   for (int j = threadIdx.x; j < dim; j += blockDim.x) {
-    out[row * dim + j] = in[j] * inv_rms * weight[j];
+    StoreAs(in[j] * inv_rms * weight[j], &out[row * dim + j]);
   }
 }
 
 // One thread per rotated pair (i, i + head_dim / 2). The angle is the float32 product
 // position * inv_freq[i], as on the CPU backend and in transformers; its cos and sin are
 // taken in double so the two backends agree to float rounding.
-__global__ void RopeKernel(float* qkv, int n, int row_stride, const int32_t* positions,
+template <typename T>
+__global__ void RopeKernel(T* qkv, int n, int row_stride, const int32_t* positions,
                            int heads, int head_dim, const float* inv_freq,
                            float cos_sin_scale) {
   const int half = head_dim / 2;
@@ -69,31 +71,29 @@ __global__ void RopeKernel(float* qkv, int n, int row_stride, const int32_t* pos
     sincos(static_cast<double>(angle), &sd, &cd);
     const float c = static_cast<float>(cd) * cos_sin_scale;
     const float s = static_cast<float>(sd) * cos_sin_scale;
-    float* p = qkv + t * row_stride + static_cast<int64_t>(h) * head_dim;
-    const float x1 = p[i];
-    const float x2 = p[i + half];
-    p[i] = x1 * c - x2 * s;
-    p[i + half] = x2 * c + x1 * s;
+    T* p = qkv + t * row_stride + static_cast<int64_t>(h) * head_dim;
+    const float x1 = ToFloat(p[i]);
+    const float x2 = ToFloat(p[i + half]);
+    StoreAs(x1 * c - x2 * s, &p[i]);
+    StoreAs(x2 * c + x1 * s, &p[i + half]);
   }
 }
 
-__global__ void SiluMulKernel(const float* gate_up, int n, int inter, float* out) {
+template <typename T>
+__global__ void SiluMulKernel(const T* gate_up, int n, int inter, T* out) {
   const int64_t total = static_cast<int64_t>(n) * inter;
   for (int64_t e = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; e < total;
        e += static_cast<int64_t>(gridDim.x) * blockDim.x) {
     const int64_t i = e / inter;
     const int64_t j = e % inter;
-    const float g = gate_up[i * 2 * inter + j];
-    const float u = gate_up[i * 2 * inter + inter + j];
-    out[e] = g / (1.0f + expf(-g)) * u;
+    const float g = ToFloat(gate_up[i * 2 * inter + j]);
+    const float u = ToFloat(gate_up[i * 2 * inter + inter + j]);
+    StoreAs(g / (1.0f + expf(-g)) * u, &out[e]);
   }
 }
 
-__device__ __forceinline__ void StoreAs(float x, float* out) { *out = x; }
-__device__ __forceinline__ void StoreAs(float x, __nv_bfloat16* out) { *out = __float2bfloat16_rn(x); }
-
-template <typename T>
-__global__ void WriteKvCacheKernel(const float* k, const float* v, int row_stride,
+template <typename TIn, typename T>
+__global__ void WriteKvCacheKernel(const TIn* k, const TIn* v, int row_stride,
                                    const int64_t* slots, int n, int64_t width, int64_t num_slots,
                                    T* k_cache, T* v_cache) {
   const int64_t total = static_cast<int64_t>(n) * width;
@@ -103,14 +103,15 @@ __global__ void WriteKvCacheKernel(const float* k, const float* v, int row_strid
     const int64_t j = e % width;
     const int64_t slot = slots[i];
     if (slot < 0 || slot >= num_slots) continue;
-    StoreAs(k[i * row_stride + j], &k_cache[slot * width + j]);
-    StoreAs(v[i * row_stride + j], &v_cache[slot * width + j]);
+    StoreAs(ToFloat(k[i * row_stride + j]), &k_cache[slot * width + j]);
+    StoreAs(ToFloat(v[i * row_stride + j]), &v_cache[slot * width + j]);
   }
 }
 
 // FP8 rows: one warp per (token, head, K or V) finds the row's max |x|, stores x / scale
 // with scale = max / 448 (saturating, like the CPU's F32ToFp8E4M3) and the scale.
-__global__ void WriteKvCacheFp8Kernel(const float* k, const float* v, int row_stride,
+template <typename TIn>
+__global__ void WriteKvCacheFp8Kernel(const TIn* k, const TIn* v, int row_stride,
                                       const int64_t* slots, int n, int heads, int head_dim,
                                       int64_t num_slots, uint8_t* k_cache, uint8_t* v_cache,
                                       float* k_scales, float* v_scales) {
@@ -122,49 +123,60 @@ __global__ void WriteKvCacheFp8Kernel(const float* k, const float* v, int row_st
   const int h = static_cast<int>((warp / 2) % heads);
   const int64_t slot = slots[i];
   if (slot < 0 || slot >= num_slots) return;
-  const float* src = (is_v ? v : k) + i * row_stride + static_cast<int64_t>(h) * head_dim;
+  const TIn* src = (is_v ? v : k) + i * row_stride + static_cast<int64_t>(h) * head_dim;
   float amax = 0.0f;
-  for (int d = lane; d < head_dim; d += 32) amax = fmaxf(amax, fabsf(src[d]));
+  for (int d = lane; d < head_dim; d += 32) amax = fmaxf(amax, fabsf(ToFloat(src[d])));
   amax = WarpMax(amax);
   const float scale = amax > 0.0f ? amax / 448.0f : 1.0f;
   const float inv = 1.0f / scale;
   const int64_t row = slot * heads + h;
   uint8_t* dst = (is_v ? v_cache : k_cache) + row * head_dim;
   for (int d = lane; d < head_dim; d += 32) {
-    const __nv_fp8_e4m3 q(src[d] * inv);
+    const __nv_fp8_e4m3 q(ToFloat(src[d]) * inv);
     dst[d] = q.__x;
   }
   if (lane == 0) (is_v ? v_scales : k_scales)[row] = scale;
 }
 
-__global__ void AddBiasKernel(float* y, const float* bias, int64_t total, int dim) {
+template <typename T>
+__global__ void AddBiasKernel(T* y, const float* bias, int64_t total, int dim) {
   for (int64_t e = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; e < total;
        e += static_cast<int64_t>(gridDim.x) * blockDim.x) {
-    y[e] += bias[e % dim];
-  }
-}
-
-__global__ void AddKernel(float* y, const float* x, size_t n) {
-  for (size_t e = blockIdx.x * static_cast<size_t>(blockDim.x) + threadIdx.x; e < n;
-       e += static_cast<size_t>(gridDim.x) * blockDim.x) {
-    y[e] += x[e];
+    StoreAs(ToFloat(y[e]) + bias[e % dim], &y[e]);
   }
 }
 
 template <typename T>
-__global__ void ConvertKernel(const float* src, size_t n, T* dst);
-template <>
-__global__ void ConvertKernel<__nv_bfloat16>(const float* src, size_t n, __nv_bfloat16* dst) {
+__global__ void AddKernel(T* y, const T* x, size_t n) {
   for (size_t e = blockIdx.x * static_cast<size_t>(blockDim.x) + threadIdx.x; e < n;
        e += static_cast<size_t>(gridDim.x) * blockDim.x) {
-    dst[e] = __float2bfloat16_rn(src[e]);
+    StoreAs(ToFloat(y[e]) + ToFloat(x[e]), &y[e]);
   }
 }
-template <>
-__global__ void ConvertKernel<__half>(const float* src, size_t n, __half* dst) {
+
+// dst[e] = round-to-nearest-even(src[e]) in Out (a widening or a narrowing).
+template <typename In, typename Out>
+__global__ void ConvertKernel(const In* src, size_t n, Out* dst) {
   for (size_t e = blockIdx.x * static_cast<size_t>(blockDim.x) + threadIdx.x; e < n;
        e += static_cast<size_t>(gridDim.x) * blockDim.x) {
-    dst[e] = __float2half_rn(src[e]);
+    StoreAs(ToFloat(src[e]), &dst[e]);
+  }
+}
+
+// Runtime activation dtype to template type: launch(T{}) with T float or __nv_bfloat16
+// (a value of the type, used only for its type); false with a message for other dtypes.
+template <typename Launch>
+bool WithActivationType(DType act, const char* what, std::string* error, Launch&& launch) {
+  switch (act) {
+    case DType::kF32:
+      launch(float{});
+      return true;
+    case DType::kBF16:
+      launch(__nv_bfloat16{});
+      return true;
+    default:
+      return Fail(error, std::string(what) + ": activation dtype " + DTypeName(act) +
+                             " is not supported (F32 or BF16)");
   }
 }
 
@@ -200,112 +212,172 @@ bool LaunchEmbeddingGather(const int32_t* ids, int n, MatrixView table, int64_t 
   return CheckLaunch("EmbeddingGather", error);
 }
 
-bool LaunchRmsNorm(const float* x, const float* weight, int n, int dim, float eps, float* out,
-                   cudaStream_t stream, std::string* error) {
-  if (n <= 0) return true;
-  RmsNormKernel<<<n, kThreads, 0, stream>>>(x, nullptr, nullptr, weight, dim, eps, out);
+bool LaunchRmsNorm(const float* x, const float* weight, int n, int dim, float eps, void* out,
+                   cudaStream_t stream, std::string* error, DType act) {
+  if (n <= 0) return WithActivationType(act, "RmsNorm", error, [](auto) {});
+  if (!WithActivationType(act, "RmsNorm", error, [&](auto t) {
+        using T = decltype(t);
+        RmsNormKernel<T><<<n, kThreads, 0, stream>>>(x, nullptr, nullptr, weight, dim, eps,
+                                                     static_cast<T*>(out));
+      })) {
+    return false;
+  }
   return CheckLaunch("RmsNorm", error);
 }
 
-bool LaunchAddRmsNorm(float* hidden, const float* delta, const float* weight, int n, int dim,
-                      float eps, float* out, cudaStream_t stream, std::string* error) {
-  if (n <= 0) return true;
-  RmsNormKernel<<<n, kThreads, 0, stream>>>(nullptr, hidden, delta, weight, dim, eps, out);
+bool LaunchAddRmsNorm(float* hidden, const void* delta, const float* weight, int n, int dim,
+                      float eps, void* out, cudaStream_t stream, std::string* error, DType act) {
+  if (n <= 0) return WithActivationType(act, "AddRmsNorm", error, [](auto) {});
+  if (!WithActivationType(act, "AddRmsNorm", error, [&](auto t) {
+        using T = decltype(t);
+        RmsNormKernel<T><<<n, kThreads, 0, stream>>>(nullptr, hidden,
+                                                     static_cast<const T*>(delta), weight, dim,
+                                                     eps, static_cast<T*>(out));
+      })) {
+    return false;
+  }
   return CheckLaunch("AddRmsNorm", error);
 }
 
-bool LaunchRope(float* qkv, int n, int row_stride, const int32_t* positions, int num_q_heads,
+bool LaunchRope(void* qkv, int n, int row_stride, const int32_t* positions, int num_q_heads,
                 int num_kv_heads, int head_dim, const float* inv_freq, float cos_sin_scale,
-                cudaStream_t stream, std::string* error) {
+                cudaStream_t stream, std::string* error, DType act) {
   if (head_dim <= 0 || head_dim % 2 != 0) {
     return Fail(error, "Rope: head_dim " + std::to_string(head_dim) + " must be even");
   }
   const int heads = num_q_heads + num_kv_heads;
-  if (n <= 0 || heads <= 0) return true;
+  if (n <= 0 || heads <= 0) return WithActivationType(act, "Rope", error, [](auto) {});
   const int64_t total = static_cast<int64_t>(n) * heads * (head_dim / 2);
-  RopeKernel<<<GridFor(total, kThreads), kThreads, 0, stream>>>(qkv, n, row_stride, positions,
-                                                                heads, head_dim, inv_freq,
-                                                                cos_sin_scale);
+  if (!WithActivationType(act, "Rope", error, [&](auto t) {
+        using T = decltype(t);
+        RopeKernel<T><<<GridFor(total, kThreads), kThreads, 0, stream>>>(
+            static_cast<T*>(qkv), n, row_stride, positions, heads, head_dim, inv_freq,
+            cos_sin_scale);
+      })) {
+    return false;
+  }
   return CheckLaunch("Rope", error);
 }
 
-bool LaunchAddBias(float* y, const float* bias, int n, int dim, cudaStream_t stream,
-                   std::string* error) {
-  if (n <= 0 || dim <= 0) return true;
+bool LaunchAddBias(void* y, const float* bias, int n, int dim, cudaStream_t stream,
+                   std::string* error, DType act) {
+  if (n <= 0 || dim <= 0) return WithActivationType(act, "AddBias", error, [](auto) {});
   const int64_t total = static_cast<int64_t>(n) * dim;
-  AddBiasKernel<<<GridFor(total, kThreads), kThreads, 0, stream>>>(y, bias, total, dim);
+  if (!WithActivationType(act, "AddBias", error, [&](auto t) {
+        using T = decltype(t);
+        AddBiasKernel<T><<<GridFor(total, kThreads), kThreads, 0, stream>>>(
+            static_cast<T*>(y), bias, total, dim);
+      })) {
+    return false;
+  }
   return CheckLaunch("AddBias", error);
 }
 
-bool LaunchSiluMul(const float* gate_up, int n, int inter, float* out, cudaStream_t stream,
-                   std::string* error) {
-  if (n <= 0 || inter <= 0) return true;
-  SiluMulKernel<<<GridFor(static_cast<int64_t>(n) * inter, kThreads), kThreads, 0, stream>>>(
-      gate_up, n, inter, out);
+bool LaunchSiluMul(const void* gate_up, int n, int inter, void* out, cudaStream_t stream,
+                   std::string* error, DType act) {
+  if (n <= 0 || inter <= 0) return WithActivationType(act, "SiluMul", error, [](auto) {});
+  if (!WithActivationType(act, "SiluMul", error, [&](auto t) {
+        using T = decltype(t);
+        SiluMulKernel<T><<<GridFor(static_cast<int64_t>(n) * inter, kThreads), kThreads, 0,
+                           stream>>>(static_cast<const T*>(gate_up), n, inter,
+                                     static_cast<T*>(out));
+      })) {
+    return false;
+  }
   return CheckLaunch("SiluMul", error);
 }
 
-bool LaunchWriteKvCache(const float* k, const float* v, int row_stride, const int64_t* slots,
+bool LaunchWriteKvCache(const void* k, const void* v, int row_stride, const int64_t* slots,
                         int n, const KvCacheShape& shape, void* k_cache, void* v_cache,
-                        cudaStream_t stream, std::string* error) {
+                        cudaStream_t stream, std::string* error, DType act) {
   const int64_t width = static_cast<int64_t>(shape.num_kv_heads) * shape.head_dim;
-  if (n <= 0 || width <= 0) return true;
+  if (n <= 0 || width <= 0) return WithActivationType(act, "WriteKvCache", error, [](auto) {});
+  if (shape.dtype != DType::kF32 && shape.dtype != DType::kBF16 &&
+      shape.dtype != DType::kF8E4M3) {
+    return Fail(error, "WriteKvCache: unsupported cache dtype");
+  }
   const int64_t num_slots = static_cast<int64_t>(shape.num_blocks) * shape.block_size;
-  switch (shape.dtype) {
-    case DType::kF32:
-      WriteKvCacheKernel<<<GridFor(n * width, kThreads), kThreads, 0, stream>>>(
-          k, v, row_stride, slots, n, width, num_slots, static_cast<float*>(k_cache),
-          static_cast<float*>(v_cache));
-      break;
-    case DType::kBF16:
-      WriteKvCacheKernel<<<GridFor(n * width, kThreads), kThreads, 0, stream>>>(
-          k, v, row_stride, slots, n, width, num_slots, static_cast<__nv_bfloat16*>(k_cache),
-          static_cast<__nv_bfloat16*>(v_cache));
-      break;
-    case DType::kF8E4M3: {
-      auto scales = [&](void* cache) {
-        return reinterpret_cast<float*>(static_cast<char*>(cache) + shape.scales_offset());
-      };
-      const int64_t threads = static_cast<int64_t>(n) * shape.num_kv_heads * 2 * 32;
-      WriteKvCacheFp8Kernel<<<static_cast<unsigned>((threads + kThreads - 1) / kThreads), kThreads,
-                              0, stream>>>(
-          k, v, row_stride, slots, n, shape.num_kv_heads, shape.head_dim, num_slots,
-          static_cast<uint8_t*>(k_cache), static_cast<uint8_t*>(v_cache), scales(k_cache),
-          scales(v_cache));
-      break;
-    }
-    default:
-      return Fail(error, "WriteKvCache: unsupported cache dtype");
+  if (!WithActivationType(act, "WriteKvCache", error, [&](auto t) {
+        using TIn = decltype(t);
+        const auto* k_rows = static_cast<const TIn*>(k);
+        const auto* v_rows = static_cast<const TIn*>(v);
+        switch (shape.dtype) {
+          case DType::kF32:
+            WriteKvCacheKernel<<<GridFor(n * width, kThreads), kThreads, 0, stream>>>(
+                k_rows, v_rows, row_stride, slots, n, width, num_slots,
+                static_cast<float*>(k_cache), static_cast<float*>(v_cache));
+            break;
+          case DType::kBF16:
+            WriteKvCacheKernel<<<GridFor(n * width, kThreads), kThreads, 0, stream>>>(
+                k_rows, v_rows, row_stride, slots, n, width, num_slots,
+                static_cast<__nv_bfloat16*>(k_cache), static_cast<__nv_bfloat16*>(v_cache));
+            break;
+          default: {  // kF8E4M3 (checked above).
+            auto scales = [&](void* cache) {
+              return reinterpret_cast<float*>(static_cast<char*>(cache) + shape.scales_offset());
+            };
+            const int64_t threads = static_cast<int64_t>(n) * shape.num_kv_heads * 2 * 32;
+            WriteKvCacheFp8Kernel<<<static_cast<unsigned>((threads + kThreads - 1) / kThreads),
+                                    kThreads, 0, stream>>>(
+                k_rows, v_rows, row_stride, slots, n, shape.num_kv_heads, shape.head_dim,
+                num_slots, static_cast<uint8_t*>(k_cache), static_cast<uint8_t*>(v_cache),
+                scales(k_cache), scales(v_cache));
+            break;
+          }
+        }
+      })) {
+    return false;
   }
   return CheckLaunch("WriteKvCache", error);
 }
 
-bool LaunchAdd(float* y, const float* x, size_t n, cudaStream_t stream, std::string* error) {
-  if (n == 0) return true;
-  AddKernel<<<GridFor(static_cast<int64_t>(n), kThreads), kThreads, 0, stream>>>(y, x, n);
+bool LaunchAdd(void* y, const void* x, size_t n, cudaStream_t stream, std::string* error,
+               DType act) {
+  if (n == 0) return WithActivationType(act, "Add", error, [](auto) {});
+  if (!WithActivationType(act, "Add", error, [&](auto t) {
+        using T = decltype(t);
+        AddKernel<T><<<GridFor(static_cast<int64_t>(n), kThreads), kThreads, 0, stream>>>(
+            static_cast<T*>(y), static_cast<const T*>(x), n);
+      })) {
+    return false;
+  }
   return CheckLaunch("Add", error);
 }
 
-bool LaunchConvertF32(const float* src, size_t n, DType dtype, void* dst, cudaStream_t stream,
-                      std::string* error) {
+bool LaunchConvert(const void* src, DType src_dtype, size_t n, DType dtype, void* dst,
+                   cudaStream_t stream, std::string* error) {
   if (n == 0) return true;
   const unsigned grid = GridFor(static_cast<int64_t>(n), kThreads);
-  switch (dtype) {
-    case DType::kBF16:
-      ConvertKernel<<<grid, kThreads, 0, stream>>>(src, n, static_cast<__nv_bfloat16*>(dst));
-      break;
-    case DType::kF16:
-      ConvertKernel<<<grid, kThreads, 0, stream>>>(src, n, static_cast<__half*>(dst));
-      break;
-    case DType::kF32:
-      return Fail(error, "ConvertF32: target dtype F32 needs no conversion kernel");
-    case DType::kI8:
-    case DType::kF8E4M3:
-    case DType::kI32:
-    case DType::kU4:
-      return Fail(error, "ConvertF32: quantized targets need a scale; not a plain conversion");
+  auto to = [&](auto* in) {
+    switch (dtype) {
+      case DType::kF32:
+        ConvertKernel<<<grid, kThreads, 0, stream>>>(in, n, static_cast<float*>(dst));
+        return true;
+      case DType::kBF16:
+        ConvertKernel<<<grid, kThreads, 0, stream>>>(in, n, static_cast<__nv_bfloat16*>(dst));
+        return true;
+      case DType::kF16:
+        ConvertKernel<<<grid, kThreads, 0, stream>>>(in, n, static_cast<__half*>(dst));
+        return true;
+      default:
+        return false;
+    }
+  };
+  bool ok = false;
+  if (src_dtype != dtype) {
+    switch (src_dtype) {
+      case DType::kF32: ok = to(static_cast<const float*>(src)); break;
+      case DType::kBF16: ok = to(static_cast<const __nv_bfloat16*>(src)); break;
+      case DType::kF16: ok = to(static_cast<const __half*>(src)); break;
+      default: break;
+    }
   }
-  return CheckLaunch("ConvertF32", error);
+  if (!ok) {
+    return Fail(error, std::string("Convert: ") + DTypeName(src_dtype) + " to " +
+                           DTypeName(dtype) +
+                           " is not a conversion between two of F32, BF16 and F16");
+  }
+  return CheckLaunch("Convert", error);
 }
 
 }  // namespace tessera::kernels::gpu

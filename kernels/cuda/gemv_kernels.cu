@@ -1,7 +1,7 @@
 // GEMV for decode-sized batches (m <= 8) with BF16/F16 weights. Decode is bound by weight
 // bytes: each warp streams kRowsPerWarp weight rows with 128-bit loads (8 elements per lane
-// per step) and applies them to all m activation rows, which stay float32 and are re-read
-// from L1/L2.
+// per step) and applies them to all m activation rows (float32 or BF16, widened as they
+// are read and re-read from L1/L2); float32 accumulation, y float32 or BF16.
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
@@ -36,10 +36,10 @@ __device__ __forceinline__ void Unpack8(const uint4& raw, const __half*, float* 
   }
 }
 
-template <typename T, int M, bool kVector>
+template <typename T, typename TX, int M, bool kVector>
 __global__ void __launch_bounds__(kGemvThreads)
-    GemvKernel(const float* __restrict__ x, const T* __restrict__ w, int64_t n_out, int64_t k,
-               float* __restrict__ y) {
+    GemvKernel(const TX* __restrict__ x, const T* __restrict__ w, int64_t n_out, int64_t k,
+               void* __restrict__ y, bool y_bf16) {
   const int warp = threadIdx.x / 32;
   const int lane = threadIdx.x % 32;
   const int64_t row0 = (static_cast<int64_t>(blockIdx.x) * (kGemvThreads / 32) + warp) *
@@ -63,10 +63,8 @@ __global__ void __launch_bounds__(kGemvThreads)
         }
       }
       for (int mm = 0; mm < M; ++mm) {
-        const float4* xp = reinterpret_cast<const float4*>(x + mm * k) + 2 * c;
-        const float4 a = __ldg(xp);
-        const float4 b = __ldg(xp + 1);
-        const float xv[8] = {a.x, a.y, a.z, a.w, b.x, b.y, b.z, b.w};
+        float xv[8];
+        LoadAct8(x, mm * k + 8 * c, xv);
         for (int r = 0; r < kRowsPerWarp; ++r) {
           for (int i = 0; i < 8; ++i) acc[mm][r] += wf[r][i] * xv[i];
         }
@@ -79,7 +77,7 @@ __global__ void __launch_bounds__(kGemvThreads)
         wf[r] = row0 + r < n_out ? ToFloat(w[(row0 + r) * k + kk]) : 0.0f;
       }
       for (int mm = 0; mm < M; ++mm) {
-        const float xv = x[mm * k + kk];
+        const float xv = ToFloat(x[mm * k + kk]);
         for (int r = 0; r < kRowsPerWarp; ++r) acc[mm][r] += wf[r] * xv;
       }
     }
@@ -88,41 +86,51 @@ __global__ void __launch_bounds__(kGemvThreads)
   for (int mm = 0; mm < M; ++mm) {
     for (int r = 0; r < kRowsPerWarp; ++r) {
       const float total = WarpSum(acc[mm][r]);
-      if (lane == 0 && row0 + r < n_out) y[mm * n_out + row0 + r] = total;
+      if (lane == 0 && row0 + r < n_out) StoreAct(y, mm * n_out + row0 + r, total, y_bf16);
     }
   }
 }
 
-template <typename T, int M>
-void LaunchFor(const float* x, const T* w, int64_t n_out, int64_t k, float* y, bool vector,
-               cudaStream_t stream) {
+template <typename T, typename TX, int M>
+void LaunchFor(const TX* x, const T* w, int64_t n_out, int64_t k, void* y, bool y_bf16,
+               bool vector, cudaStream_t stream) {
   const unsigned grid = static_cast<unsigned>((n_out + kRowsPerBlock - 1) / kRowsPerBlock);
   if (vector) {
-    GemvKernel<T, M, true><<<grid, kGemvThreads, 0, stream>>>(x, w, n_out, k, y);
+    GemvKernel<T, TX, M, true><<<grid, kGemvThreads, 0, stream>>>(x, w, n_out, k, y, y_bf16);
   } else {
-    GemvKernel<T, M, false><<<grid, kGemvThreads, 0, stream>>>(x, w, n_out, k, y);
+    GemvKernel<T, TX, M, false><<<grid, kGemvThreads, 0, stream>>>(x, w, n_out, k, y, y_bf16);
+  }
+}
+
+template <typename T, typename TX>
+void LaunchRows(int m, const TX* x, const T* w, int64_t n_out, int64_t k, void* y, bool y_bf16,
+                bool vector, cudaStream_t stream) {
+  switch (m) {
+    case 1: LaunchFor<T, TX, 1>(x, w, n_out, k, y, y_bf16, vector, stream); break;
+    case 2: LaunchFor<T, TX, 2>(x, w, n_out, k, y, y_bf16, vector, stream); break;
+    case 3: LaunchFor<T, TX, 3>(x, w, n_out, k, y, y_bf16, vector, stream); break;
+    case 4: LaunchFor<T, TX, 4>(x, w, n_out, k, y, y_bf16, vector, stream); break;
+    case 5: LaunchFor<T, TX, 5>(x, w, n_out, k, y, y_bf16, vector, stream); break;
+    case 6: LaunchFor<T, TX, 6>(x, w, n_out, k, y, y_bf16, vector, stream); break;
+    case 7: LaunchFor<T, TX, 7>(x, w, n_out, k, y, y_bf16, vector, stream); break;
+    case 8: LaunchFor<T, TX, 8>(x, w, n_out, k, y, y_bf16, vector, stream); break;
   }
 }
 
 template <typename T>
-void LaunchRows(int m, const float* x, const T* w, int64_t n_out, int64_t k, float* y,
-                bool vector, cudaStream_t stream) {
-  switch (m) {
-    case 1: LaunchFor<T, 1>(x, w, n_out, k, y, vector, stream); break;
-    case 2: LaunchFor<T, 2>(x, w, n_out, k, y, vector, stream); break;
-    case 3: LaunchFor<T, 3>(x, w, n_out, k, y, vector, stream); break;
-    case 4: LaunchFor<T, 4>(x, w, n_out, k, y, vector, stream); break;
-    case 5: LaunchFor<T, 5>(x, w, n_out, k, y, vector, stream); break;
-    case 6: LaunchFor<T, 6>(x, w, n_out, k, y, vector, stream); break;
-    case 7: LaunchFor<T, 7>(x, w, n_out, k, y, vector, stream); break;
-    case 8: LaunchFor<T, 8>(x, w, n_out, k, y, vector, stream); break;
+void LaunchTyped(int m, const void* x, bool x_bf16, const T* w, int64_t n_out, int64_t k,
+                 void* y, bool y_bf16, bool vector, cudaStream_t stream) {
+  if (x_bf16) {
+    LaunchRows(m, static_cast<const __nv_bfloat16*>(x), w, n_out, k, y, y_bf16, vector, stream);
+  } else {
+    LaunchRows(m, static_cast<const float*>(x), w, n_out, k, y, y_bf16, vector, stream);
   }
 }
 
 }  // namespace
 
-bool LaunchGemv(const float* x, int m, MatrixView w, float* y, cudaStream_t stream,
-                std::string* error) {
+bool LaunchGemv(const void* x, int m, MatrixView w, void* y, cudaStream_t stream,
+                std::string* error, DType x_dtype, DType y_dtype) {
   if (m < 1 || m > kGemvMaxRows) {
     return Fail(error, "Gemv: m " + std::to_string(m) + " outside [1, " +
                            std::to_string(kGemvMaxRows) + "]");
@@ -131,17 +139,26 @@ bool LaunchGemv(const float* x, int m, MatrixView w, float* y, cudaStream_t stre
     return Fail(error, std::string("Gemv: weight dtype ") + DTypeName(w.dtype) +
                            " is not supported (BF16 or F16)");
   }
+  for (DType d : {x_dtype, y_dtype}) {
+    if (d != DType::kF32 && d != DType::kBF16) {
+      return Fail(error, std::string("Gemv: activation dtype ") + DTypeName(d) +
+                             " is not supported (F32 or BF16)");
+    }
+  }
   if (w.rows <= 0) return true;
   if (static_cast<int64_t>(w.rows + kRowsPerBlock - 1) / kRowsPerBlock > 0x7fffffff) {
     return Fail(error, "Gemv: " + std::to_string(w.rows) + " output rows exceed the grid");
   }
   const bool vector = w.cols % 8 == 0 && reinterpret_cast<uintptr_t>(w.data) % 16 == 0 &&
                       reinterpret_cast<uintptr_t>(x) % 16 == 0;
+  const bool x_bf16 = x_dtype == DType::kBF16;
+  const bool y_bf16 = y_dtype == DType::kBF16;
   if (w.dtype == DType::kBF16) {
-    LaunchRows(m, x, static_cast<const __nv_bfloat16*>(w.data), w.rows, w.cols, y, vector,
-               stream);
+    LaunchTyped(m, x, x_bf16, static_cast<const __nv_bfloat16*>(w.data), w.rows, w.cols, y,
+                y_bf16, vector, stream);
   } else {
-    LaunchRows(m, x, static_cast<const __half*>(w.data), w.rows, w.cols, y, vector, stream);
+    LaunchTyped(m, x, x_bf16, static_cast<const __half*>(w.data), w.rows, w.cols, y, y_bf16,
+                vector, stream);
   }
   return CheckLaunch("Gemv", error);
 }

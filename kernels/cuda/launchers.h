@@ -17,36 +17,42 @@
 // means the launch was accepted, not that the kernel has finished.
 namespace tessera::kernels::gpu {
 
-// ---- Element-wise and row ops (elementwise_kernels.cu). Semantics as in Backend.
+// ---- Element-wise and row ops (elementwise_kernels.cu). Semantics as in Backend. The
+// untyped activation buffers hold `act` elements: kF32 (the default, for float callers)
+// or kBF16; values are widened to float32 for the arithmetic and rounded once when stored.
 bool LaunchEmbeddingGather(const int32_t* ids, int n, MatrixView table, int64_t vocab_begin,
                            float* out, cudaStream_t stream, std::string* error);
-bool LaunchRmsNorm(const float* x, const float* weight, int n, int dim, float eps, float* out,
-                   cudaStream_t stream, std::string* error);
-bool LaunchAddRmsNorm(float* hidden, const float* delta, const float* weight, int n, int dim,
-                      float eps, float* out, cudaStream_t stream, std::string* error);
-bool LaunchRope(float* qkv, int n, int row_stride, const int32_t* positions, int num_q_heads,
+bool LaunchRmsNorm(const float* x, const float* weight, int n, int dim, float eps, void* out,
+                   cudaStream_t stream, std::string* error, DType act = DType::kF32);
+bool LaunchAddRmsNorm(float* hidden, const void* delta, const float* weight, int n, int dim,
+                      float eps, void* out, cudaStream_t stream, std::string* error,
+                      DType act = DType::kF32);
+bool LaunchRope(void* qkv, int n, int row_stride, const int32_t* positions, int num_q_heads,
                 int num_kv_heads, int head_dim, const float* inv_freq, float cos_sin_scale,
-                cudaStream_t stream, std::string* error);
-bool LaunchAddBias(float* y, const float* bias, int n, int dim, cudaStream_t stream,
-                   std::string* error);
-bool LaunchSiluMul(const float* gate_up, int n, int inter, float* out, cudaStream_t stream,
-                   std::string* error);
+                cudaStream_t stream, std::string* error, DType act = DType::kF32);
+bool LaunchAddBias(void* y, const float* bias, int n, int dim, cudaStream_t stream,
+                   std::string* error, DType act = DType::kF32);
+bool LaunchSiluMul(const void* gate_up, int n, int inter, void* out, cudaStream_t stream,
+                   std::string* error, DType act = DType::kF32);
 // Slots outside [0, num_blocks * block_size) are skipped (padding tokens use -1). Rows are
 // stored in shape.dtype (FP8 with a per-(slot, head) scale; see KvCacheShape).
-bool LaunchWriteKvCache(const float* k, const float* v, int row_stride, const int64_t* slots,
+bool LaunchWriteKvCache(const void* k, const void* v, int row_stride, const int64_t* slots,
                         int n, const KvCacheShape& shape, void* k_cache, void* v_cache,
-                        cudaStream_t stream, std::string* error);
-bool LaunchAdd(float* y, const float* x, size_t n, cudaStream_t stream, std::string* error);
-// dst[i] = round-to-nearest-even(src[i]) in `dtype` (kBF16 or kF16): GEMM activations.
-bool LaunchConvertF32(const float* src, size_t n, DType dtype, void* dst, cudaStream_t stream,
-                      std::string* error);
+                        cudaStream_t stream, std::string* error, DType act = DType::kF32);
+bool LaunchAdd(void* y, const void* x, size_t n, cudaStream_t stream, std::string* error,
+               DType act = DType::kF32);
+// dst[i] = round-to-nearest-even(src[i]) in `dtype`, between two different dtypes of F32,
+// BF16 and F16: GEMM operands and outputs the activations do not match.
+bool LaunchConvert(const void* src, DType src_dtype, size_t n, DType dtype, void* dst,
+                   cudaStream_t stream, std::string* error);
 
 // ---- GEMV for few rows (gemv_kernels.cu): y[m, w.rows] = x[m, w.cols] * w^T with BF16 or
-// F16 weights, x kept in float32, float32 accumulation. Streams the weights with 128-bit
-// loads when w.cols % 8 == 0 and both pointers are 16-byte aligned (scalar loads otherwise).
+// F16 weights, x in `x_dtype` (F32 or BF16), y in `y_dtype` (F32 or BF16), float32
+// accumulation. Streams the weights with 128-bit loads when w.cols % 8 == 0 and both
+// pointers are 16-byte aligned (scalar loads otherwise).
 constexpr int kGemvMaxRows = 8;
-bool LaunchGemv(const float* x, int m, MatrixView w, float* y, cudaStream_t stream,
-                std::string* error);
+bool LaunchGemv(const void* x, int m, MatrixView w, void* y, cudaStream_t stream,
+                std::string* error, DType x_dtype = DType::kF32, DType y_dtype = DType::kF32);
 
 // ---- Weight-only quantized weights: kI8 / kF8E4M3 with a scale per row, kU4 with a scale
 // and zero per (row, group); see MatrixView.
@@ -60,12 +66,13 @@ bool CheckQuantizedWeights(const MatrixView& w, const char* what, std::string* e
 
 // Fused decode GEMV (quantized_gemv_kernels.cu): y[m, w.rows] = x[m, w.cols] * w^T for
 // 1 <= m <= kQuantizedGemvMaxRows, reading the quantized bytes directly (no scratch),
-// x float32, float32 accumulation. 128-bit weight loads when the pointers are 16-byte
+// x in `x_dtype` and y in `y_dtype` (F32 or BF16 each), float32 accumulation. 128-bit weight loads when the pointers are 16-byte
 // aligned and w.cols % 16 == 0 (kI8/kF8E4M3) or group % 32 == 0 (kU4); a scalar path
 // otherwise. w.cols must be positive.
 constexpr int kQuantizedGemvMaxRows = 8;
-bool LaunchQuantizedGemv(const float* x, int m, MatrixView w, float* y, cudaStream_t stream,
-                         std::string* error);
+bool LaunchQuantizedGemv(const void* x, int m, MatrixView w, void* y, cudaStream_t stream,
+                         std::string* error, DType x_dtype = DType::kF32,
+                         DType y_dtype = DType::kF32);
 
 // Prefill (quantized_gemm_kernels.cu): out [w.rows, w.cols] = BF16(w[r][c]), the scale (and
 // zero) applied in float32 and rounded once, ready for the BF16 GEMM.
@@ -75,16 +82,22 @@ bool LaunchDequantizeToBf16(const MatrixView& w, void* out, cudaStream_t stream,
 // ---- FP8 activations for the FP8 x FP8 prefill GEMM (fp8_activation_kernels.cu).
 // Device bytes LaunchQuantizeActivationsFp8 needs for n activations.
 size_t Fp8ActivationWorkspaceBytes(size_t n);
-// Quantizes x [n] to E4M3 with one dynamic scale, amax / 448, all on the device: *out gets
-// the codes and *scale the device float scale, both inside `workspace`.
-bool LaunchQuantizeActivationsFp8(const float* x, size_t n, void* workspace, void** out,
-                                  float** scale, cudaStream_t stream, std::string* error);
-// y[i][j] *= col_scales[j] * *tensor_scale for y [m, n]; col_scales and tensor_scale are
-// device memory (the weights' row scales and the activations' scale).
-bool LaunchScaleColumns(float* y, const float* col_scales, const float* tensor_scale, int64_t m,
-                        int64_t n, cudaStream_t stream, std::string* error);
+// Quantizes x [n] (F32 or BF16, `x_dtype`) to E4M3 with one dynamic scale, amax / 448,
+// all on the device: *out gets the codes and *scale the device float scale, both inside
+// `workspace`.
+bool LaunchQuantizeActivationsFp8(const void* x, size_t n, void* workspace, void** out,
+                                  float** scale, cudaStream_t stream, std::string* error,
+                                  DType x_dtype = DType::kF32);
+// y[i][j] = src[i][j] * col_scales[j] * *tensor_scale for src [m, n] float32 and y [m, n]
+// in `y_dtype` (F32 or BF16; y may be src when F32); col_scales and tensor_scale are device
+// memory (the weights' row scales and the activations' scale).
+bool LaunchScaleColumns(const float* src, const float* col_scales, const float* tensor_scale,
+                        int64_t m, int64_t n, void* y, cudaStream_t stream, std::string* error,
+                        DType y_dtype = DType::kF32);
 
 // ---- Paged attention (attention_kernels.cu). Supported head_dim: 8, 16, 32, 64, 128.
+// q and out are activations of dtype `act` (F32 or BF16); scores, softmax and the PV
+// accumulation are float32 whatever the activation and cache dtypes.
 // Both kernels honour batch.sliding_window (see AttentionBatch).
 bool AttentionHeadDimSupported(int head_dim);
 
@@ -94,27 +107,30 @@ bool AttentionHeadDimSupported(int head_dim);
 // the grid size. Needs AttentionSplitWorkspaceBytes(...) bytes of device `workspace`.
 size_t AttentionSplitWorkspaceBytes(const AttentionBatch& batch, const KvCacheShape& shape,
                                     int num_q_heads, int partition_size);
-bool LaunchPagedAttentionSplit(const float* q, int q_stride, const AttentionBatch& batch,
+bool LaunchPagedAttentionSplit(const void* q, int q_stride, const AttentionBatch& batch,
                                const void* k_cache, const void* v_cache,
                                const KvCacheShape& shape, int num_q_heads, float scale,
                                int partition_size, void* workspace, size_t workspace_bytes,
-                               float* out, cudaStream_t stream, std::string* error);
+                               void* out, cudaStream_t stream, std::string* error,
+                               DType act = DType::kF32);
 
 // Tiled kernel for prefill: one block per (16 consecutive tokens of one sequence, query
 // head) walks the keys in tiles of 32 staged in shared memory. Works for any batch.
-bool LaunchPagedAttentionPrefill(const float* q, int q_stride, const AttentionBatch& batch,
+bool LaunchPagedAttentionPrefill(const void* q, int q_stride, const AttentionBatch& batch,
                                  const void* k_cache, const void* v_cache,
                                  const KvCacheShape& shape, int num_q_heads, float scale,
-                                 float* out, cudaStream_t stream, std::string* error);
+                                 void* out, cudaStream_t stream, std::string* error,
+                                 DType act = DType::kF32);
 
 // Tensor-core prefill (attention_tc_kernels.cu, sm_80+): flash-attention style BF16 WMMA
 // products with float softmax and accumulation, 64 query rows per block, for BF16 and FP8
 // caches at head_dim 64 or 128 (AttentionPrefillTcSupported); BF16 operand precision.
 bool AttentionPrefillTcSupported(const KvCacheShape& shape);
-bool LaunchPagedAttentionPrefillTc(const float* q, int q_stride, const AttentionBatch& batch,
+bool LaunchPagedAttentionPrefillTc(const void* q, int q_stride, const AttentionBatch& batch,
                                    const void* k_cache, const void* v_cache,
                                    const KvCacheShape& shape, int num_q_heads, float scale,
-                                   float* out, cudaStream_t stream, std::string* error);
+                                   void* out, cudaStream_t stream, std::string* error,
+                                   DType act = DType::kF32);
 
 // ---- Sampling (sampling_kernels.cu) over a [rows, vocab] float32 logits buffer.
 // Per-row parameters, in device memory. The draw depends only on the seed and the logits,

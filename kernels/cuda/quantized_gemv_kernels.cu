@@ -107,7 +107,7 @@ __device__ __forceinline__ WarpWork AssignWork(int splits) {
 template <int M, typename Scale>
 __device__ __forceinline__ void ReduceAndStore(const float (&acc)[M][kRowsPerWarp],
                                                const WarpWork& work, int splits, int64_t n,
-                                               Scale scale, float* __restrict__ y) {
+                                               Scale scale, void* __restrict__ y, bool y_bf16) {
   __shared__ float partial[kWarps][M][kRowsPerWarp];
   const int warp = threadIdx.x / 32;
   const int lane = threadIdx.x % 32;
@@ -127,7 +127,7 @@ __device__ __forceinline__ void ReduceAndStore(const float (&acc)[M][kRowsPerWar
   if (work.row0 + r >= n) return;
   float total = 0.0f;
   for (int s = 0; s < splits; ++s) total += partial[warp + s][mm][r];
-  y[mm * n + work.row0 + r] = scale(work.row0 + r) * total;
+  StoreAct(y, mm * n + work.row0 + r, scale(work.row0 + r) * total, y_bf16);
 }
 
 // y[mm * n + r] = sum_c x[mm * k + c] * scales[r][c / group] * value(w[r * k + c]) for
@@ -135,13 +135,13 @@ __device__ __forceinline__ void ReduceAndStore(const float (&acc)[M][kRowsPerWar
 // load time: 32) each 16-byte chunk or column is scaled as it is decoded.
 // kVector: k % 16 == 0, group % 16 == 0 and w, x 16-byte aligned; items are 16-byte
 // chunks, else columns.
-template <DType D, int M, bool kVector>
+template <DType D, typename TX, int M, bool kVector>
 __global__ void __launch_bounds__(kThreads)
-    RowScaledGemvKernel(const float* __restrict__ x,       // [M, k]
+    RowScaledGemvKernel(const TX* __restrict__ x,          // [M, k] activations
                         const uint8_t* __restrict__ w,     // [n, k]
                         const float* __restrict__ scales,  // [n, ceil(k / group)]
                         int64_t n, int64_t k, int64_t group, int splits,
-                        float* __restrict__ y) {           // [M, n]
+                        void* __restrict__ y, bool y_bf16) {  // [M, n] F32 or BF16
   const WarpWork work = AssignWork(splits);
   const bool grouped = group < k;
   const int64_t groups = (k + group - 1) / group;
@@ -185,7 +185,7 @@ __global__ void __launch_bounds__(kThreads)
         }
 #pragma unroll
         for (int mm = 0; mm < M; ++mm) {
-          const float4 xv = __ldg(reinterpret_cast<const float4*>(x + mm * k) + 4 * c + t);
+          const float4 xv = LoadAct4(x, mm * k + 16 * c + 4 * t);
 #pragma unroll
           for (int r = 0; r < kRowsPerWarp; ++r) {
             float a = acc[mm][r];
@@ -208,25 +208,26 @@ __global__ void __launch_bounds__(kThreads)
       }
 #pragma unroll
       for (int mm = 0; mm < M; ++mm) {
-        const float xv = x[mm * k + kk];
+        const float xv = ToFloat(x[mm * k + kk]);
 #pragma unroll
         for (int r = 0; r < kRowsPerWarp; ++r) acc[mm][r] = fmaf(wf[r], xv, acc[mm][r]);
       }
     }
   }
   ReduceAndStore<M>(acc, work, splits, n,
-                    [scales, grouped](int64_t row) { return grouped ? 1.0f : scales[row]; }, y);
+                    [scales, grouped](int64_t row) { return grouped ? 1.0f : scales[row]; }, y,
+                    y_bf16);
 }
 
 // One 16-byte chunk (32 columns, one group) of kRowsPerWarp int4 rows against M activation
 // rows: part[mm][r] += sum over the chunk of (q - z[r]) * x. kExactZero: every zm[r] is
 // exactly 2^23 + z[r] (integer zeros, as GPTQ and AWQ store), so (2^23 + q) - zm is q - z
 // with a single exact subtraction; otherwise two, the second rounding like the CPU's q - z.
-template <int M, bool kExactZero>
+template <int M, bool kExactZero, typename TX>
 __device__ __forceinline__ void Int4Chunk(const uint4 (&raw)[kRowsPerWarp],
                                           const float (&z)[kRowsPerWarp],
                                           const float (&zm)[kRowsPerWarp],
-                                          const float* __restrict__ x, int64_t k, int64_t col0,
+                                          const TX* __restrict__ x, int64_t k, int64_t col0,
                                           float (&part)[M][kRowsPerWarp]) {
 #pragma unroll
   for (int t = 0; t < 4; ++t) {  // Word t: columns col0 + 8t .. + 7, low nibble first.
@@ -242,10 +243,8 @@ __device__ __forceinline__ void Int4Chunk(const uint4 (&raw)[kRowsPerWarp],
     }
 #pragma unroll
     for (int mm = 0; mm < M; ++mm) {
-      const float4* xp = reinterpret_cast<const float4*>(x + mm * k + col0 + 8 * t);
-      const float4 a = __ldg(xp);
-      const float4 b = __ldg(xp + 1);
-      const float xv[8] = {a.x, a.y, a.z, a.w, b.x, b.y, b.z, b.w};
+      float xv[8];
+      LoadAct8(x, mm * k + col0 + 8 * t, xv);
 #pragma unroll
       for (int r = 0; r < kRowsPerWarp; ++r) {
         float p = part[mm][r];
@@ -260,14 +259,14 @@ __device__ __forceinline__ void Int4Chunk(const uint4 (&raw)[kRowsPerWarp],
 // y[mm * n + r] = sum_c x[mm * k + c] * s[r][g] * (q[r][c] - z[r][g]), g = c / group.
 // kVector: group % 32 == 0 and w, x 16-byte aligned; items are 16-byte chunks (32 columns),
 // else columns.
-template <int M, bool kVector>
+template <typename TX, int M, bool kVector>
 __global__ void __launch_bounds__(kThreads)
-    Int4GemvKernel(const float* __restrict__ x,       // [M, k]
+    Int4GemvKernel(const TX* __restrict__ x,          // [M, k] activations
                    const uint8_t* __restrict__ w,     // [n, k / 2], low nibble = even column
                    const float* __restrict__ scales,  // [n, k / group]
                    const float* __restrict__ zeros,   // [n, k / group]
                    int64_t n, int64_t k, int group, int splits,
-                   float* __restrict__ y) {           // [M, n]
+                   void* __restrict__ y, bool y_bf16) {  // [M, n] F32 or BF16
   const WarpWork work = AssignWork(splits);
   const int64_t groups = k / group;
   const int64_t row_bytes = k / 2;
@@ -328,13 +327,13 @@ __global__ void __launch_bounds__(kThreads)
       }
 #pragma unroll
       for (int mm = 0; mm < M; ++mm) {
-        const float xv = x[mm * k + kk];
+        const float xv = ToFloat(x[mm * k + kk]);
 #pragma unroll
         for (int r = 0; r < kRowsPerWarp; ++r) acc[mm][r] = fmaf(wf[r], xv, acc[mm][r]);
       }
     }
   }
-  ReduceAndStore<M>(acc, work, splits, n, [](int64_t) { return 1.0f; }, y);
+  ReduceAndStore<M>(acc, work, splits, n, [](int64_t) { return 1.0f; }, y, y_bf16);
 }
 
 // Warps sharing a row group: enough for one 16-byte item per lane (fewer leave lanes idle),
@@ -346,8 +345,8 @@ int SplitsFor(int64_t items) {
 }
 
 // One pass of 1..kPassRows activation rows.
-template <int M>
-void LaunchPass(const float* x, const MatrixView& w, int group, bool vector, float* y,
+template <typename TX, int M>
+void LaunchPass(const TX* x, const MatrixView& w, int group, bool vector, void* y, bool y_bf16,
                 cudaStream_t stream) {
   // Scalar paths count 16 columns as an item, like a 16-byte chunk of int8.
   const int64_t items = vector && w.dtype == DType::kU4 ? w.cols / 32 : w.cols / 16;
@@ -358,29 +357,33 @@ void LaunchPass(const float* x, const MatrixView& w, int group, bool vector, flo
   switch (w.dtype) {
     case DType::kI8:
       if (vector) {
-        RowScaledGemvKernel<DType::kI8, M, true>
-            <<<grid, kThreads, 0, stream>>>(x, bytes, w.scales, w.rows, w.cols, group, splits, y);
+        RowScaledGemvKernel<DType::kI8, TX, M, true>
+            <<<grid, kThreads, 0, stream>>>(x, bytes, w.scales, w.rows, w.cols, group, splits, y,
+                                            y_bf16);
       } else {
-        RowScaledGemvKernel<DType::kI8, M, false>
-            <<<grid, kThreads, 0, stream>>>(x, bytes, w.scales, w.rows, w.cols, group, splits, y);
+        RowScaledGemvKernel<DType::kI8, TX, M, false>
+            <<<grid, kThreads, 0, stream>>>(x, bytes, w.scales, w.rows, w.cols, group, splits, y,
+                                            y_bf16);
       }
       break;
     case DType::kF8E4M3:
       if (vector) {
-        RowScaledGemvKernel<DType::kF8E4M3, M, true>
-            <<<grid, kThreads, 0, stream>>>(x, bytes, w.scales, w.rows, w.cols, group, splits, y);
+        RowScaledGemvKernel<DType::kF8E4M3, TX, M, true>
+            <<<grid, kThreads, 0, stream>>>(x, bytes, w.scales, w.rows, w.cols, group, splits, y,
+                                            y_bf16);
       } else {
-        RowScaledGemvKernel<DType::kF8E4M3, M, false>
-            <<<grid, kThreads, 0, stream>>>(x, bytes, w.scales, w.rows, w.cols, group, splits, y);
+        RowScaledGemvKernel<DType::kF8E4M3, TX, M, false>
+            <<<grid, kThreads, 0, stream>>>(x, bytes, w.scales, w.rows, w.cols, group, splits, y,
+                                            y_bf16);
       }
       break;
     default:  // kU4; the launcher has checked the dtype.
       if (vector) {
-        Int4GemvKernel<M, true><<<grid, kThreads, 0, stream>>>(
-            x, bytes, w.scales, w.zeros, w.rows, w.cols, group, splits, y);
+        Int4GemvKernel<TX, M, true><<<grid, kThreads, 0, stream>>>(
+            x, bytes, w.scales, w.zeros, w.rows, w.cols, group, splits, y, y_bf16);
       } else {
-        Int4GemvKernel<M, false><<<grid, kThreads, 0, stream>>>(
-            x, bytes, w.scales, w.zeros, w.rows, w.cols, group, splits, y);
+        Int4GemvKernel<TX, M, false><<<grid, kThreads, 0, stream>>>(
+            x, bytes, w.scales, w.zeros, w.rows, w.cols, group, splits, y, y_bf16);
       }
       break;
   }
@@ -388,13 +391,42 @@ void LaunchPass(const float* x, const MatrixView& w, int group, bool vector, flo
 
 bool Aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
 
+
+template <typename TX>
+void LaunchPasses(const TX* x, int m, const MatrixView& w, int group, bool vector, void* y,
+                  bool y_bf16, cudaStream_t stream, std::string* error, bool* ok) {
+  const size_t y_size = y_bf16 ? 2 : 4;
+  for (int done = 0; done < m; done += kPassRows) {
+    const int rows = m - done < kPassRows ? m - done : kPassRows;
+    const TX* xp = x + static_cast<int64_t>(done) * w.cols;
+    void* yp = static_cast<char*>(y) + static_cast<int64_t>(done) * w.rows * y_size;
+    switch (rows) {
+      case 1: LaunchPass<TX, 1>(xp, w, group, vector, yp, y_bf16, stream); break;
+      case 2: LaunchPass<TX, 2>(xp, w, group, vector, yp, y_bf16, stream); break;
+      case 3: LaunchPass<TX, 3>(xp, w, group, vector, yp, y_bf16, stream); break;
+      default: LaunchPass<TX, 4>(xp, w, group, vector, yp, y_bf16, stream); break;
+    }
+    if (!CheckLaunch("QuantizedGemv", error)) {
+      *ok = false;
+      return;
+    }
+  }
+  *ok = true;
+}
+
 }  // namespace
 
-bool LaunchQuantizedGemv(const float* x, int m, MatrixView w, float* y, cudaStream_t stream,
-                         std::string* error) {
+bool LaunchQuantizedGemv(const void* x, int m, MatrixView w, void* y, cudaStream_t stream,
+                         std::string* error, DType x_dtype, DType y_dtype) {
   if (m < 1 || m > kQuantizedGemvMaxRows) {
     return Fail(error, "QuantizedGemv: m " + std::to_string(m) + " outside [1, " +
                            std::to_string(kQuantizedGemvMaxRows) + "]");
+  }
+  for (DType d : {x_dtype, y_dtype}) {
+    if (d != DType::kF32 && d != DType::kBF16) {
+      return Fail(error, std::string("QuantizedGemv: activation dtype ") + DTypeName(d) +
+                             " is not supported (F32 or BF16)");
+    }
   }
   if (!CheckQuantizedWeights(w, "QuantizedGemv", error)) return false;
   if (w.rows <= 0) return true;
@@ -408,19 +440,16 @@ bool LaunchQuantizedGemv(const float* x, int m, MatrixView w, float* y, cudaStre
   const bool aligned = Aligned16(w.data) && Aligned16(x);
   const bool vector = aligned && (w.dtype == DType::kU4 ? group % 32 == 0
                                                        : w.cols % 16 == 0 && group % 16 == 0);
-  for (int done = 0; done < m; done += kPassRows) {
-    const int rows = m - done < kPassRows ? m - done : kPassRows;
-    const float* xp = x + static_cast<int64_t>(done) * w.cols;
-    float* yp = y + static_cast<int64_t>(done) * w.rows;
-    switch (rows) {
-      case 1: LaunchPass<1>(xp, w, group, vector, yp, stream); break;
-      case 2: LaunchPass<2>(xp, w, group, vector, yp, stream); break;
-      case 3: LaunchPass<3>(xp, w, group, vector, yp, stream); break;
-      default: LaunchPass<4>(xp, w, group, vector, yp, stream); break;
-    }
-    if (!CheckLaunch("QuantizedGemv", error)) return false;
+  const bool y_bf16 = y_dtype == DType::kBF16;
+  bool ok = false;
+  if (x_dtype == DType::kBF16) {
+    LaunchPasses(static_cast<const __nv_bfloat16*>(x), m, w, group, vector, y, y_bf16, stream,
+                 error, &ok);
+  } else {
+    LaunchPasses(static_cast<const float*>(x), m, w, group, vector, y, y_bf16, stream, error,
+                 &ok);
   }
-  return true;
+  return ok;
 }
 
 }  // namespace tessera::kernels::gpu

@@ -2,6 +2,10 @@
 // says clearly why not (not built in, no device), never crashes.
 #include "worker/backend_factory.h"
 
+#include <stdlib.h>
+
+#include <string>
+
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "gtest/gtest.h"
@@ -56,6 +60,32 @@ TEST(BackendFactoryTest, CudaIsABackendOrAClearError) {
   EXPECT_EQ(backend.status().code(), absl::StatusCode::kUnavailable);
   EXPECT_TRUE(absl::StartsWith(backend.status().message(), "no CUDA device: "))
       << backend.status();
+}
+
+// TESSERA_CUDA_ACTIVATIONS takes bf16 (the default) or f32; anything else is refused by
+// name, with or without a device. With a device, the backend reports the dtype asked for.
+TEST(BackendFactoryTest, CudaActivationDtypeFromTheEnvironment) {
+  if (!CudaBuiltIn()) GTEST_SKIP() << "this build has no CUDA backend";
+  ::setenv("TESSERA_CUDA_ACTIVATIONS", "fp16", 1);
+  auto bad = MakeBackend("cuda", 1);
+  ::unsetenv("TESSERA_CUDA_ACTIVATIONS");
+  ASSERT_FALSE(bad.ok());
+  EXPECT_EQ(bad.status().code(), absl::StatusCode::kInvalidArgument) << bad.status();
+  EXPECT_NE(bad.status().message().find("TESSERA_CUDA_ACTIVATIONS=fp16"),
+            absl::string_view::npos)
+      << bad.status();
+  for (const char* value : {"f32", "bf16", ""}) {
+    SCOPED_TRACE(value);
+    ::setenv("TESSERA_CUDA_ACTIVATIONS", value, 1);
+    auto backend = MakeBackend("cuda", 1);
+    ::unsetenv("TESSERA_CUDA_ACTIVATIONS");
+    if (!backend.ok()) {
+      EXPECT_EQ(backend.status().code(), absl::StatusCode::kUnavailable) << backend.status();
+      continue;
+    }
+    EXPECT_EQ((*backend)->activation_dtype(),
+              std::string(value) == "f32" ? DType::kF32 : DType::kBF16);
+  }
 }
 
 TEST(BackendFactoryTest, MissingCudaOrdinalIsAnError) {

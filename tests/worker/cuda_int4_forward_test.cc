@@ -2,6 +2,8 @@
 // through the CUDA forward pass against the CPU one: the loader puts kU4 matrices in device
 // memory, decode and small prefill chunks take the fused int4 GEMV, a whole-prompt prefill
 // the BF16 widening + cuBLASLt path. Needs a device and numpy; skips without a device.
+#include <stdlib.h>
+
 #include <algorithm>
 #include <cmath>
 #include <filesystem>
@@ -48,8 +50,12 @@ float WorstRelative(const std::vector<float>& got, const std::vector<float>& wan
   return worst;
 }
 
+// Float32 activations (TESSERA_CUDA_ACTIVATIONS=f32): the exact twin of the CPU backend.
+// What the default BF16 activations promise is checked in cuda_forward_test.
 TEST(CudaInt4ForwardTest, GptqAndAwqMatchCpu) {
+  ::setenv("TESSERA_CUDA_ACTIVATIONS", "f32", 1);
   auto cuda = MakeBackend("cuda", 0);
+  ::unsetenv("TESSERA_CUDA_ACTIVATIONS");
   if (!cuda.ok()) GTEST_SKIP() << "no usable CUDA device: " << cuda.status();
   // Every linear layer packs: both dims divide by 8 and by the group (32 and 128 below).
   ModelConfig c;

@@ -2,7 +2,10 @@
 // configures it: each rank's collectives on its backend's stream, queued without waiting
 // (NcclCommunicatorOptions::queue_without_waiting), so only Communicator::Wait() bounds
 // them. Greedy tokens and first-step logits of stories260K against llama2.c's reference,
-// whole and chunked prefill. Skips with the reason where fewer devices exist than a case
+// whole and chunked prefill, with float32 activations (exact: every token, logits to 1e-3)
+// and with the backend's default BF16 activations (what BF16 can promise: the reference's
+// first kBf16GreedyPrefix tokens, logits within kBf16LogitBound, every rank alike, the
+// all-reduces in BF16 over NCCL). Skips with the reason where fewer devices exist than a case
 // needs (the 2-rank case needs two GPUs; the 1-rank case runs on one).
 #include <algorithm>
 #include <cmath>
@@ -33,10 +36,10 @@ struct RankResult {
 
 // Rank `rank` of `world`: its own device and stream, NCCL on that stream, the model's
 // shard, a KV cache, then the same greedy generations every rank runs in lockstep.
-RankResult RunRank(int rank, int world, const std::string& unique_id,
+RankResult RunRank(int rank, int world, DType activations, const std::string& unique_id,
                    const std::vector<int32_t>& prompt) {
   RankResult out;
-  auto backend = kernels::CudaBackend::Create(rank);
+  auto backend = kernels::CudaBackend::Create(rank, activations);
   if (!backend.ok()) {
     out.status = backend.status();
     return out;
@@ -78,11 +81,25 @@ RankResult RunRank(int rank, int world, const std::string& unique_id,
   return out;
 }
 
-class CudaTensorParallelForwardTest : public ::testing::TestWithParam<int> {};
+// BF16 activations: the bounds of cuda_forward_test.cc, measured on a CPU emulation of the
+// BF16 path (cuda_bf16_emulation_test): the first 16 tokens are decided by top-2 logit gaps
+// of at least 0.5, the logits move by up to 0.21. At tp 2 the all-reduces add one BF16
+// rounding of each partial sum.
+constexpr int kBf16GreedyPrefix = 16;
+constexpr float kBf16LogitBound = 0.5f;
+
+struct TpCase {
+  int world;
+  DType activations;
+};
+
+class CudaTensorParallelForwardTest : public ::testing::TestWithParam<TpCase> {};
 
 TEST_P(CudaTensorParallelForwardTest, GreedyMatchesReferenceOverNccl) {
   TESSERA_REQUIRE_STORIES_MODEL();
-  const int world = GetParam();
+  const int world = GetParam().world;
+  const DType activations = GetParam().activations;
+  const bool exact = activations == DType::kF32;
   absl::StatusOr<int> devices = kernels::CudaDeviceCount();
   if (!devices.ok()) GTEST_SKIP() << "no usable CUDA device: " << devices.status();
   if (*devices < world) {
@@ -96,7 +113,8 @@ TEST_P(CudaTensorParallelForwardTest, GreedyMatchesReferenceOverNccl) {
   std::vector<RankResult> results(world);
   std::vector<std::thread> threads;
   for (int r = 0; r < world; ++r) {
-    threads.emplace_back([&, r] { results[r] = RunRank(r, world, *id, expected.prompt_ids); });
+    threads.emplace_back(
+        [&, r] { results[r] = RunRank(r, world, activations, *id, expected.prompt_ids); });
   }
   for (std::thread& t : threads) t.join();
 
@@ -105,22 +123,40 @@ TEST_P(CudaTensorParallelForwardTest, GreedyMatchesReferenceOverNccl) {
   for (int r = 0; r < world; ++r) {
     SCOPED_TRACE(absl::StrCat("rank ", r, " of ", world));
     ASSERT_TRUE(results[r].status.ok()) << results[r].status;
-    EXPECT_EQ(results[r].greedy.generated_ids, expected.generated_ids);
-    EXPECT_EQ(results[r].chunked.generated_ids, first20);
     ASSERT_EQ(results[r].greedy.first_logits.size(), expected.first_logits.size());
     float worst = 0;
     for (size_t i = 0; i < expected.first_logits.size(); ++i) {
       worst = std::max(worst,
                        std::abs(results[r].greedy.first_logits[i] - expected.first_logits[i]));
     }
-    EXPECT_LT(worst, 1e-3f);
+    if (exact) {
+      EXPECT_EQ(results[r].greedy.generated_ids, expected.generated_ids);
+      EXPECT_EQ(results[r].chunked.generated_ids, first20);
+      EXPECT_LT(worst, 1e-3f);
+    } else {
+      // Every rank holds the same all-reduced activations, so the same tokens.
+      EXPECT_EQ(results[r].greedy.generated_ids, results[0].greedy.generated_ids);
+      const auto prefix = [](const std::vector<int32_t>& ids) {
+        return std::vector<int32_t>(ids.begin(),
+                                    ids.begin() + std::min<size_t>(ids.size(), kBf16GreedyPrefix));
+      };
+      EXPECT_EQ(prefix(results[r].greedy.generated_ids), prefix(expected.generated_ids));
+      EXPECT_EQ(prefix(results[r].chunked.generated_ids), prefix(expected.generated_ids));
+      EXPECT_LT(worst, kBf16LogitBound);
+    }
     // 60 + 20 tokens: every decode step after each size's capture replays its graph.
     EXPECT_GT(results[r].graph_launches, 60) << "decode steps did not replay a CUDA graph";
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(Ranks, CudaTensorParallelForwardTest, ::testing::Values(1, 2),
-                         [](const auto& info) { return absl::StrCat("tp", info.param); });
+INSTANTIATE_TEST_SUITE_P(
+    Ranks, CudaTensorParallelForwardTest,
+    ::testing::Values(TpCase{1, DType::kF32}, TpCase{2, DType::kF32}, TpCase{1, DType::kBF16},
+                      TpCase{2, DType::kBF16}),
+    [](const auto& info) {
+      return absl::StrCat("tp", info.param.world, "_",
+                          info.param.activations == DType::kF32 ? "f32" : "bf16");
+    });
 
 }  // namespace
 }  // namespace tessera

@@ -256,6 +256,26 @@ absl::Status NcclCommunicator::AllReduceSum(float* data, size_t count) {
       !queue_only_);
 }
 
+absl::Status NcclCommunicator::AllReduceSum(void* data, size_t count, DType dtype) {
+  if (dtype == DType::kF32) return AllReduceSum(static_cast<float*>(data), count);
+  if (dtype != DType::kBF16) {
+    // A caller bug, not a broken group: nothing to abort.
+    return absl::UnimplementedError(absl::StrCat("NcclCommunicator: all-reduce of ",
+                                                 DTypeName(dtype), " (F32 or BF16 only)"));
+  }
+  if (aborted()) return AbortedError("AllReduceSum");
+  if (count == 0) return absl::OkStatus();
+  // BF16 activations (the CUDA backend's default): half the bytes on the wire; NCCL adds
+  // in float32 and rounds each partial sum to BF16.
+  return Run(
+      "AllReduceSum", count * DTypeSize(dtype),
+      [&] {
+        return ncclAllReduce(data, data, count, ncclBfloat16, ncclSum, impl_->comm,
+                             impl_->stream);
+      },
+      !queue_only_);
+}
+
 absl::Status NcclCommunicator::AllGather(const float* send, size_t count, float* recv) {
   if (aborted()) return AbortedError("AllGather");
   if (count == 0) return absl::OkStatus();

@@ -51,6 +51,7 @@ class NcclCommunicator final : public Communicator {
   int world_size() const override { return world_size_; }
   std::string_view backend_name() const override { return "nccl"; }
   absl::Status AllReduceSum(float* data, size_t count) override;
+  absl::Status AllReduceSum(void* data, size_t count, DType dtype) override;
   absl::Status AllGather(const float* send, size_t count, float* recv) override;
   absl::Status Broadcast(void* data, size_t bytes, int root) override;
   absl::Status Barrier() override;

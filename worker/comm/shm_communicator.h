@@ -46,6 +46,7 @@ class ShmCommunicator final : public Communicator {
   int rank() const override { return rank_; }
   int world_size() const override { return world_size_; }
   std::string_view backend_name() const override { return "shm"; }
+  using Communicator::AllReduceSum;  // float32 only: the default rejects other dtypes.
   absl::Status AllReduceSum(float* data, size_t count) override;
   absl::Status AllGather(const float* send, size_t count, float* recv) override;
   absl::Status Broadcast(void* data, size_t bytes, int root) override;

@@ -21,6 +21,11 @@ absl::Status TimedCommunicator::AllReduceSum(float* data, size_t count) {
   return Timed("all_reduce", count * sizeof(float), [&] { return inner_->AllReduceSum(data, count); });
 }
 
+absl::Status TimedCommunicator::AllReduceSum(void* data, size_t count, DType dtype) {
+  return Timed("all_reduce", count * DTypeSize(dtype),
+               [&] { return inner_->AllReduceSum(data, count, dtype); });
+}
+
 absl::Status TimedCommunicator::AllGather(const float* send, size_t count, float* recv) {
   return Timed("all_gather", count * sizeof(float), [&] { return inner_->AllGather(send, count, recv); });
 }

@@ -19,6 +19,7 @@ class TimedCommunicator final : public Communicator {
   int world_size() const override { return inner_->world_size(); }
   std::string_view backend_name() const override { return inner_->backend_name(); }
   absl::Status AllReduceSum(float* data, size_t count) override;
+  absl::Status AllReduceSum(void* data, size_t count, DType dtype) override;
   absl::Status AllGather(const float* send, size_t count, float* recv) override;
   absl::Status Broadcast(void* data, size_t bytes, int root) override;
   absl::Status Barrier() override;

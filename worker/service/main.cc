@@ -105,9 +105,11 @@ int main(int argc, char** argv) {
   if (!made_backend.ok()) return Fail(std::string(made_backend.status().message()));
   std::unique_ptr<tessera::kernels::Backend> backend = std::move(*made_backend);
   const tessera::DeviceDescription device_info = tessera::DescribeBackend(*backend);
-  std::fprintf(stderr, "tessera-worker: computing on %s (%s, %.1f of %.1f GB free)\n",
+  std::fprintf(stderr,
+               "tessera-worker: computing on %s (%s, %.1f of %.1f GB free, %s activations)\n",
                device_info.kind.c_str(), device_info.name.c_str(),
-               device_info.free_memory_bytes / 1e9, device_info.total_memory_bytes / 1e9);
+               device_info.free_memory_bytes / 1e9, device_info.total_memory_bytes / 1e9,
+               tessera::DTypeName(backend->activation_dtype()));
   std::unique_ptr<tessera::WorkerMetrics> metrics;
   auto process = std::make_shared<tessera::ProcessCollector>();
   std::unique_ptr<tessera::MetricsHttpServer> metrics_server;

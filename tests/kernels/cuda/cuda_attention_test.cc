@@ -370,5 +370,129 @@ TEST_F(CudaAttentionTest, UnsupportedHeadDimIsReportedByTheBackend) {
   cuda_.reset();  // The recorded error is the expected outcome; skip TearDown's check.
 }
 
+// ---- BF16 activations (the CUDA backend's default): q in BF16, out in BF16, float32
+// scores, softmax and accumulation. Both sides see the same BF16-rounded q (the CPU
+// widened) and the same cache bytes (F32, BF16 and FP8 caches); the CUDA output is rounded
+// once to BF16, and the tensor-core kernel rounds P too: kBf16Tolerance.
+class CudaBf16AttentionTest : public CudaBf16VsCpuTest {
+ protected:
+  void CheckAllKernels(const std::vector<SeqSpec>& seqs, const std::string& label) {
+    int leading_decode = 0;
+    while (leading_decode < static_cast<int>(seqs.size()) && seqs[leading_decode].num_new == 1) {
+      ++leading_decode;
+    }
+    int major = 0;
+    cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, 0);
+    for (DType cache_dtype : {DType::kF32, DType::kBF16, DType::kF8E4M3}) {
+      for (int head_dim : {32, 64, 128}) {
+        const int block_size = 16;
+        const std::string what = absl::StrCat(label, " cache=", DTypeName(cache_dtype),
+                                              " head_dim=", head_dim);
+        SCOPED_TRACE(what);
+        Problem p = MakeProblem(seqs, block_size, head_dim, 400 + head_dim);
+        p.q = RoundedToBf16(p.q);
+        p.shape.dtype = cache_dtype;
+        // The float cache written by the CPU into the cache dtype: the bytes both read.
+        const int width = p.kv_heads * head_dim;
+        std::vector<int64_t> all_slots(p.shape.rows() / p.kv_heads);
+        for (size_t i = 0; i < all_slots.size(); ++i) all_slots[i] = static_cast<int64_t>(i);
+        std::vector<uint8_t> k_cache(p.shape.bytes(), 0), v_cache(p.shape.bytes(), 0);
+        cpu_->WriteKvCache(p.k_cache.data(), p.v_cache.data(), width, all_slots.data(),
+                           static_cast<int>(all_slots.size()), p.shape, k_cache.data(),
+                           v_cache.data());
+        const float scale = 1.0f / std::sqrt(static_cast<float>(head_dim));
+        std::vector<float> expected(static_cast<size_t>(p.num_tokens) * p.q_heads * head_dim);
+        cpu_->PagedAttention(p.q.data(), p.q_stride, HostBatch(p), k_cache.data(),
+                             v_cache.data(), p.shape, p.q_heads, scale, expected.data());
+
+        DeviceProblem d(p);
+        d.batch.num_decode_seqs = leading_decode;
+        DeviceArray<uint16_t> d_q(Bf16Bits(p.q)), d_out(expected.size());
+        DeviceArray<uint8_t> d_kc(k_cache), d_vc(v_cache);
+        cuda_->PagedAttention(d_q.get(), p.q_stride, d.batch, d_kc.get(), d_vc.get(), p.shape,
+                              p.q_heads, scale, d_out.get());
+        cuda_->Synchronize();
+        ASSERT_TRUE(cuda_->status().ok()) << cuda_->status();
+        ExpectAllClose(Bf16Values(d_out.ToHost()), expected, kBf16Tolerance, what + " backend");
+
+        std::string error;
+        for (int partition : {16, 0}) {
+          DeviceArray<uint16_t> out(expected.size());
+          const size_t bytes =
+              gpu::AttentionSplitWorkspaceBytes(d.batch, p.shape, p.q_heads, partition);
+          DeviceArray<uint8_t> workspace(bytes);
+          ASSERT_TRUE(gpu::LaunchPagedAttentionSplit(d_q.get(), p.q_stride, d.batch, d_kc.get(),
+                                                     d_vc.get(), p.shape, p.q_heads, scale,
+                                                     partition, workspace.get(), bytes,
+                                                     out.get(), nullptr, &error, DType::kBF16))
+              << error;
+          ExpectAllClose(Bf16Values(out.ToHost()), expected, kBf16Tolerance,
+                         what + " split partition=" + std::to_string(partition));
+        }
+        {
+          DeviceArray<uint16_t> out(expected.size());
+          ASSERT_TRUE(gpu::LaunchPagedAttentionPrefill(d_q.get(), p.q_stride, d.batch,
+                                                       d_kc.get(), d_vc.get(), p.shape,
+                                                       p.q_heads, scale, out.get(), nullptr,
+                                                       &error, DType::kBF16))
+              << error;
+          ExpectAllClose(Bf16Values(out.ToHost()), expected, kBf16Tolerance,
+                         what + " prefill kernel");
+        }
+        if (major >= 8 && gpu::AttentionPrefillTcSupported(p.shape)) {
+          DeviceArray<uint16_t> out(expected.size());
+          ASSERT_TRUE(gpu::LaunchPagedAttentionPrefillTc(d_q.get(), p.q_stride, d.batch,
+                                                         d_kc.get(), d_vc.get(), p.shape,
+                                                         p.q_heads, scale, out.get(), nullptr,
+                                                         &error, DType::kBF16))
+              << error;
+          ExpectAllClose(Bf16Values(out.ToHost()), expected, kBf16Tolerance,
+                         what + " tensor-core prefill kernel");
+        }
+      }
+    }
+  }
+};
+
+TEST_F(CudaBf16AttentionTest, DecodeBatchOf17) {
+  std::vector<SeqSpec> seqs;
+  for (int i = 0; i < 17; ++i) seqs.push_back({1 + (i * 29) % 97, 1});
+  seqs[0].context_len = 97;
+  CheckAllKernels(seqs, "decode");
+}
+
+TEST_F(CudaBf16AttentionTest, PrefillAndMixedChunks) {
+  const std::vector<SeqSpec> seqs = {{20, 1}, {9, 1}, {130, 130}, {40, 7}, {33, 16}, {70, 65}};
+  CheckAllKernels(seqs, "mixed");
+}
+
+// K and V rows in BF16 (the qkv buffer) into F32, BF16 and FP8 caches: the same bytes as
+// the CPU writes from the widened rows (BF16 values are exact in every cache dtype but FP8,
+// whose per-row scale and rounding both sides compute alike from the same floats).
+TEST_F(CudaBf16AttentionTest, WriteKvCacheFromBf16Rows) {
+  for (DType dtype : {DType::kF32, DType::kBF16, DType::kF8E4M3}) {
+    SCOPED_TRACE(DTypeName(dtype));
+    Problem p = MakeProblem({{50, 50}, {30, 3}, {9, 1}}, 16, 64, 95);
+    p.shape.dtype = dtype;
+    // Rows of a fused qkv buffer: K then V, row stride 2 * width + 5.
+    const int width = kKvHeads * 64;
+    const int stride = 2 * width + 5;
+    const std::vector<float> rows =
+        RoundedToBf16(RandomFloats(static_cast<size_t>(p.num_tokens) * stride, 96, -4.0f, 4.0f));
+    std::vector<uint8_t> k_cache(p.shape.bytes(), 0), v_cache(p.shape.bytes(), 0);
+    DeviceProblem d(p);
+    DeviceArray<uint16_t> d_rows(Bf16Bits(rows));
+    DeviceArray<uint8_t> d_kc(k_cache), d_vc(v_cache);
+    cpu_->WriteKvCache(rows.data(), rows.data() + width, stride, p.slots.data(), p.num_tokens,
+                       p.shape, k_cache.data(), v_cache.data());
+    cuda_->WriteKvCache(d_rows.get(), d_rows.get() + width, stride, d.slots.get(), p.num_tokens,
+                        p.shape, d_kc.get(), d_vc.get());
+    cuda_->Synchronize();
+    ASSERT_TRUE(cuda_->status().ok()) << cuda_->status();
+    EXPECT_EQ(d_kc.ToHost(), k_cache);
+    EXPECT_EQ(d_vc.ToHost(), v_cache);
+  }
+}
+
 }  // namespace
 }  // namespace tessera::kernels::cuda_testing

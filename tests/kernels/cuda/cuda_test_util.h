@@ -109,13 +109,17 @@ inline double QuantizedGemmTolerance(int64_t m) {
   return m > gpu::kQuantizedGemvMaxRows ? 1e-2 : 1e-4;
 }
 
-// Fixture: a CUDA backend on device 0 and the CPU reference; skips without a device.
+// Fixture: a CUDA backend on device 0 and the CPU reference; skips without a device. The
+// CUDA backend's activations are float32 (kActivations), so the exact twin tests feed both
+// backends the same float buffers; CudaBf16VsCpuTest below runs the BF16 path.
 class CudaVsCpuTest : public ::testing::Test {
  protected:
-  void SetUp() override {
+  static constexpr DType kActivations = DType::kF32;
+  void SetUp() override { Create(kActivations); }
+  void Create(DType activations) {
     const std::string why = NoDeviceReason();
     if (!why.empty()) GTEST_SKIP() << "no CUDA device, skipping GPU test: " << why;
-    absl::StatusOr<std::unique_ptr<CudaBackend>> backend = MakeCudaBackend(0);
+    absl::StatusOr<std::unique_ptr<CudaBackend>> backend = MakeCudaBackend(0, activations);
     ASSERT_TRUE(backend.ok()) << backend.status();
     cuda_ = *std::move(backend);
     cpu_ = MakeCpuBackend(2);
@@ -129,6 +133,39 @@ class CudaVsCpuTest : public ::testing::Test {
 
   std::unique_ptr<CudaBackend> cuda_;
   std::unique_ptr<Backend> cpu_;
+};
+
+// ---- BF16 activations (the CUDA backend's default).
+inline uint16_t ToBf16Bits(float f) { return F32ToBf16(f); }
+
+// Each value rounded to BF16 (round to nearest even), as floats: the inputs both sides see.
+inline std::vector<float> RoundedToBf16(const std::vector<float>& v) {
+  std::vector<float> out(v.size());
+  for (size_t i = 0; i < v.size(); ++i) out[i] = Bf16ToF32(F32ToBf16(v[i]));
+  return out;
+}
+inline std::vector<uint16_t> Bf16Bits(const std::vector<float>& v) {
+  std::vector<uint16_t> out(v.size());
+  for (size_t i = 0; i < v.size(); ++i) out[i] = F32ToBf16(v[i]);
+  return out;
+}
+inline std::vector<float> Bf16Values(const std::vector<uint16_t>& bits) {
+  std::vector<float> out(bits.size());
+  for (size_t i = 0; i < bits.size(); ++i) out[i] = Bf16ToF32(bits[i]);
+  return out;
+}
+
+// The relative tolerance for an op whose output is rounded once to BF16 (2^-9 relative)
+// after float32 arithmetic on the same BF16-rounded inputs the CPU widened: rounding alone
+// is within half a BF16 ulp, 2^-9 of |value|; 1e-2 leaves room for one more rounding of an
+// intermediate (GEMM inputs converted, attention's BF16 q and P on the tensor cores).
+constexpr double kBf16Tolerance = 1e-2;
+
+// Fixture: the CUDA backend with BF16 activations against the CPU backend (float32) on
+// the same BF16-rounded inputs, widened.
+class CudaBf16VsCpuTest : public CudaVsCpuTest {
+ protected:
+  void SetUp() override { Create(DType::kBF16); }
 };
 
 }  // namespace tessera::kernels::cuda_testing

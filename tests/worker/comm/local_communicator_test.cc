@@ -141,6 +141,27 @@ TEST_P(LocalCommunicatorWorldTest, ManyCollectivesInSequence) {
 
 INSTANTIATE_TEST_SUITE_P(Worlds, LocalCommunicatorWorldTest, ::testing::Values(1, 2, 4));
 
+// The typed all-reduce: kF32 is the float one; other dtypes are refused without breaking
+// the group (only NCCL reduces BF16: the CPU backend's activations are float32).
+TEST(LocalCommunicatorTest, TypedAllReduceForwardsF32AndRefusesBf16) {
+  auto comms = MakeLocalCommunicators(2, milliseconds(5000));
+  std::vector<std::vector<float>> data = {{1.0f, 2.0f}, {10.0f, 20.0f}};
+  auto statuses = RunRanks(2, [&](int r) {
+    return comms[r]->AllReduceSum(data[r].data(), data[r].size(), DType::kF32);
+  });
+  for (int r = 0; r < 2; ++r) {
+    ASSERT_TRUE(statuses[r].ok()) << statuses[r];
+    EXPECT_EQ(data[r], (std::vector<float>{11.0f, 22.0f}));
+  }
+  uint16_t bf16[2] = {0, 0};
+  const absl::Status refused = comms[0]->AllReduceSum(bf16, 2, DType::kBF16);
+  EXPECT_EQ(refused.code(), absl::StatusCode::kUnimplemented) << refused;
+  EXPECT_NE(refused.message().find("BF16"), absl::string_view::npos) << refused;
+  EXPECT_FALSE(comms[0]->aborted());
+  SingleRankCommunicator single;
+  EXPECT_TRUE(single.AllReduceSum(bf16, 2, DType::kBF16).ok());
+}
+
 TEST(LocalCommunicatorTest, MissingRankTimesOutAndAbortsTheGroup) {
   auto comms = MakeLocalCommunicators(4, milliseconds(200));
   // Rank 3 never calls the collective.

@@ -134,13 +134,14 @@ double SamplingUniform(uint64_t seed, uint64_t step, uint64_t stream) {
 }
 
 void FillLogprobs(absl::Span<const float> raw, int n, SampledToken* out) {
+  out->logprob = 0.0f;
+  out->top_logprobs.clear();
+  if (n <= 0) return;
   // Logprobs report the raw model distribution (log_softmax of `raw`), before penalties
   // and every sampling transform, as the public API documents.
   const std::vector<float> logits(raw.begin(), raw.end());
   const double lse = LogSumExp(logits);
   out->logprob = static_cast<float>(raw[out->id] - lse);
-  out->top_logprobs.clear();
-  if (n <= 0) return;
   const int vocab = static_cast<int>(raw.size());
   n = std::min(n, vocab);
   std::vector<int32_t> ids(vocab);

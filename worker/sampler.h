@@ -13,7 +13,10 @@ namespace tessera {
 
 struct SampledToken {
   int32_t id = 0;
-  float logprob = 0.0f;                              // Of the chosen token (after penalties).
+  // log_softmax of the raw logits at the chosen token, when the request asks for logprobs
+  // (num_logprobs > 0; nothing reads it otherwise, and a 128k vocabulary's normaliser
+  // costs about a millisecond per row on a CPU); 0 otherwise.
+  float logprob = 0.0f;
   std::vector<std::pair<int32_t, float>> top_logprobs;  // Best first.
 };
 
@@ -40,8 +43,8 @@ TokenDistribution SamplingDistribution(absl::Span<const float> logits,
 // random choice of a seeded request is reproducible.
 double SamplingUniform(uint64_t seed, uint64_t step, uint64_t stream = 0);
 
-// log_softmax(logits)[id], and the top `n` of log_softmax(logits) (best first) into
-// `top` when n > 0: what a SampledToken reports.
+// For n > 0: log_softmax(logits)[token->id] and the top `n` of log_softmax(logits) (best
+// first), what a SampledToken reports; nothing for n = 0 (see SampledToken::logprob).
 void FillLogprobs(absl::Span<const float> logits, int n, SampledToken* token);
 
 // Draws the next token from one row of logits. `history` is the sequence so far (prompt

@@ -20,6 +20,7 @@
 #include "common/metrics/http_server.h"
 #include "common/metrics/process_collector.h"
 #include "common/model_config.h"
+#include "common/speculative_options.h"
 #include "common/chat_template/chat_template.h"
 #include "common/checkpoint_quantization.h"
 #include "common/quantization.h"
@@ -101,21 +102,8 @@ int main(int argc, char** argv) {
   flags.String("kv-cache-dtype", &kv_cache_dtype,
                "KV-cache element type: auto (the model's 16-bit type; fp32 for fp32 models), bf16, "
                "fp8 (E4M3, a scale per token and head) or fp32.");
-  std::string speculative = "none", draft_model;
-  int64_t num_speculative_tokens = 4, prompt_lookup_min = 2, prompt_lookup_max = 4;
-  flags.String("speculative", &speculative,
-               "Speculative decoding: none, ngram (prompt lookup: tokens that followed the latest earlier "
-               "occurrence of the last n tokens) or draft (a smaller model, --draft-model). The target "
-               "verifies the proposals in the same step; greedy output is unchanged and sampled output "
-               "keeps its distribution.");
-  flags.Int("num-speculative-tokens", &num_speculative_tokens,
-            "Tokens proposed per decoding sequence and step (--speculative); each costs a slot of the "
-            "token budget and of the KV cache.");
-  flags.String("draft-model", &draft_model,
-               "--speculative=draft: model folder of the draft (same tokenizer as --model; sharded over "
-               "the same tp ranks, so its heads must divide by --tp).");
-  flags.Int("prompt-lookup-min", &prompt_lookup_min, "--speculative=ngram: shortest suffix matched.");
-  flags.Int("prompt-lookup-max", &prompt_lookup_max, "--speculative=ngram: longest suffix matched.");
+  tessera::SpeculativeOptions speculative;
+  tessera::AddSpeculativeFlags(flags, &speculative);
   flags.String("policy", &policy, "Scheduling policy: fcfs or priority.");
   flags.String("communicator", &communicator, "Collectives between ranks: auto (nccl for CUDA workers, else shm when a group shares a host, else gloo), gloo, shm or nccl.");
   flags.Bool("no-prefix-caching", &no_prefix_caching, "Disable prefix caching.");
@@ -203,27 +191,15 @@ int main(int argc, char** argv) {
 
   auto config = tessera::ModelConfig::Load(model);
   if (!config.ok()) return Fail(std::string(config.status().message()));
-  if (speculative != "none" && speculative != "ngram" && speculative != "draft") {
-    return Fail(absl::StrCat("--speculative must be none, ngram or draft, got ", speculative));
-  }
-  if (speculative != "none" && (num_speculative_tokens < 1 || num_speculative_tokens > 15)) {
-    return Fail(absl::StrCat("--num-speculative-tokens must be in [1, 15], got ", num_speculative_tokens));
-  }
-  if (speculative == "ngram" && (prompt_lookup_min < 1 || prompt_lookup_max < prompt_lookup_min)) {
-    return Fail(absl::StrCat("need 1 <= --prompt-lookup-min (", prompt_lookup_min, ") <= --prompt-lookup-max (",
-                             prompt_lookup_max, ")"));
-  }
-  if (speculative == "draft") {
-    if (draft_model.empty()) return Fail("--speculative=draft needs --draft-model");
-    auto draft_config = tessera::ModelConfig::Load(draft_model);
+  if (auto s = tessera::ValidateSpeculativeOptions(speculative); !s.ok()) return Fail(std::string(s.message()));
+  if (speculative.method == "draft") {
+    auto draft_config = tessera::ModelConfig::Load(speculative.draft_model);
     if (!draft_config.ok()) return Fail(absl::StrCat("--draft-model: ", draft_config.status().message()));
     if (draft_config->vocab_size != config->vocab_size) {
       return Fail(absl::StrCat("--draft-model has a vocabulary of ", draft_config->vocab_size, " tokens, --model ",
                                config->vocab_size, ": the draft must use the target's tokenizer"));
     }
-    draft_model = std::filesystem::absolute(draft_model).string();
-  } else if (!draft_model.empty()) {
-    return Fail("--draft-model is only used with --speculative=draft");
+    speculative.draft_model = std::filesystem::absolute(speculative.draft_model).string();
   }
   const auto weight_format = tessera::ParseWeightQuantization(quantization);
   if (!weight_format.ok()) return Fail(absl::StrCat("--quantization: ", weight_format.status().message()));
@@ -292,7 +268,7 @@ int main(int argc, char** argv) {
   eo.max_queued_tokens = max_queued_tokens;
   eo.priority_aging_arrivals = static_cast<int>(priority_aging);
   eo.router_load_weight = load_weight;
-  eo.num_speculative_tokens = speculative == "none" ? 0 : static_cast<int>(num_speculative_tokens);
+  eo.num_speculative_tokens = speculative.enabled() ? static_cast<int>(speculative.num_tokens) : 0;
   eo.eos_token_ids = defaults.StopTokenIds(*config);
   tessera::EngineMetrics metrics({std::filesystem::path(model).filename().string(),
                                   tessera::DTypeName(config->torch_dtype), static_cast<int>(block_size),
@@ -328,12 +304,12 @@ int main(int argc, char** argv) {
   co.group.kv_memory_bytes = static_cast<uint64_t>(kv_memory_mb) << 20;
   co.group.quantization = std::string(tessera::WeightQuantizationName(*weight_format));
   co.group.kv_cache_dtype = kv_cache_dtype;
-  if (speculative != "none") {
-    co.group.speculative_method = speculative;
-    co.group.num_speculative_tokens = static_cast<int>(num_speculative_tokens);
-    co.group.draft_model_dir = draft_model;
-    co.group.prompt_lookup_min = static_cast<int>(prompt_lookup_min);
-    co.group.prompt_lookup_max = static_cast<int>(prompt_lookup_max);
+  if (speculative.enabled()) {
+    co.group.speculative_method = speculative.method;
+    co.group.num_speculative_tokens = static_cast<int>(speculative.num_tokens);
+    co.group.draft_model_dir = speculative.draft_model;
+    co.group.prompt_lookup_min = static_cast<int>(speculative.prompt_lookup_min);
+    co.group.prompt_lookup_max = static_cast<int>(speculative.prompt_lookup_max);
   }
   co.group.max_blocks = static_cast<int>(max_num_seqs * ((context + block_size - 1) / block_size) + 1);
   co.group.collective_timeout = std::chrono::milliseconds(collective_timeout_ms);

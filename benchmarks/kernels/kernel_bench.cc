@@ -125,6 +125,15 @@ void GemmArgs(benchmark::internal::Benchmark* b) {
       b->Args({m, 2048, 5632, bf16, level});
     }
   }
+  // llama-1b (Llama 3.2 1B shapes): gate/up, down and the 128k lm_head, at the row counts
+  // of decode and of speculative verification (1 + k tokens).
+  for (int64_t m : {1, 2, 4, 5}) {
+    const int64_t bf16 = static_cast<int64_t>(DType::kBF16);
+    const int64_t level = static_cast<int64_t>(SimdLevel::kAvx512Bf16);
+    b->Args({m, 16384, 2048, bf16, level});
+    b->Args({m, 2048, 8192, bf16, level});
+    b->Args({m, 128256, 2048, bf16, level});
+  }
   b->ArgNames({"m", "N", "K", "dtype", "level"});
   b->UseRealTime();
 }

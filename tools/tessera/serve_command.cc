@@ -17,6 +17,7 @@
 #include "absl/strings/escaping.h"
 #include "absl/strings/str_cat.h"
 #include "common/flag_set.h"
+#include "common/speculative_options.h"
 #include "common/tls/cluster_security.h"
 #include "common/tls/throwaway_pki.h"
 #include "tools/tessera/commands.h"
@@ -126,15 +127,8 @@ int ServeMain(int argc, char** argv) {
   flags.String("quantization", &quantization, "Weights quantized at load time: none, int8 or fp8.");
   flags.String("kv-cache-dtype", &kv_cache_dtype, "KV-cache element type: auto, bf16, fp8 or fp32.");
   flags.String("policy", &policy, "Scheduling policy: fcfs or priority.");
-  std::string speculative = "none", draft_model;
-  int64_t num_speculative_tokens = 4, prompt_lookup_min = 2, prompt_lookup_max = 4;
-  flags.String("speculative", &speculative,
-               "Speculative decoding: none, ngram (prompt lookup) or draft (--draft-model); see "
-               "tessera-coordinator --help.");
-  flags.Int("num-speculative-tokens", &num_speculative_tokens, "Tokens proposed per decoding sequence and step.");
-  flags.String("draft-model", &draft_model, "--speculative=draft: the draft model folder (same tokenizer).");
-  flags.Int("prompt-lookup-min", &prompt_lookup_min, "--speculative=ngram: shortest suffix matched.");
-  flags.Int("prompt-lookup-max", &prompt_lookup_max, "--speculative=ngram: longest suffix matched.");
+  SpeculativeOptions speculative;
+  AddSpeculativeFlags(flags, &speculative);
   flags.Int("metrics-port", &metrics_port,
             "Coordinator /metrics, /healthz, /readyz port; worker i uses metrics-port + 1 + i (0: off).");
   int64_t http_port = 8000;
@@ -256,17 +250,10 @@ int ServeMain(int argc, char** argv) {
     coordinator_args.push_back("--api-keys-file");
     coordinator_args.push_back(api_keys_file);
   }
-  if (speculative != "none") {
-    for (std::string flag : {absl::StrCat("--speculative=", speculative),
-                             absl::StrCat("--num-speculative-tokens=", num_speculative_tokens),
-                             absl::StrCat("--prompt-lookup-min=", prompt_lookup_min),
-                             absl::StrCat("--prompt-lookup-max=", prompt_lookup_max)}) {
-      coordinator_args.push_back(std::move(flag));
-    }
-    if (!draft_model.empty()) {
-      coordinator_args.push_back(absl::StrCat("--draft-model=", std::filesystem::absolute(draft_model).string()));
-    }
+  if (!speculative.draft_model.empty()) {
+    speculative.draft_model = std::filesystem::absolute(speculative.draft_model).string();
   }
+  for (std::string& flag : SpeculativeFlagArgs(speculative)) coordinator_args.push_back(std::move(flag));
   if (!chat_template.empty()) {
     coordinator_args.push_back("--chat-template");
     coordinator_args.push_back(chat_template);

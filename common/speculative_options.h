@@ -14,9 +14,13 @@ namespace tessera {
 // the coordinator turns it into lookahead slots and the workers' proposer.
 struct SpeculativeOptions {
   std::string method = "none";  // none, ngram (prompt lookup) or draft.
-  int64_t num_tokens = 4;       // Proposed per decoding sequence and step.
+  // Proposed per decoding sequence and step. 3: a verification step of 1 + 3 rows is one
+  // pass of the CPU GEMM's 4-row kernel (about 1.2x a decode step on llama-1b; 1 + 4 rows
+  // take a second pass, 1.4x: benchmarks/results/spec_decode_llama1b.md).
+  int64_t num_tokens = 3;
   std::string draft_model;      // method draft: the draft model's folder.
-  int64_t prompt_lookup_min = 2;
+  // ngram: suffix lengths tried, longest first (vLLM's defaults are the same range).
+  int64_t prompt_lookup_min = 1;
   int64_t prompt_lookup_max = 4;
 
   bool enabled() const { return method != "none"; }

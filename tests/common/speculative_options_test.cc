@@ -16,7 +16,7 @@ TEST(SpeculativeOptionsTest, FlagsParseValidateAndPassOn) {
   ASSERT_TRUE(flags.Parse(4, const_cast<char**>(argv)).ok());
   EXPECT_TRUE(ValidateSpeculativeOptions(o).ok());
   EXPECT_EQ(SpeculativeFlagArgs(o),
-            (std::vector<std::string>{"--speculative=draft", "--num-speculative-tokens=3", "--prompt-lookup-min=2",
+            (std::vector<std::string>{"--speculative=draft", "--num-speculative-tokens=3", "--prompt-lookup-min=1",
                                       "--prompt-lookup-max=4", "--draft-model=/m/small"}));
   EXPECT_TRUE(SpeculativeFlagArgs(SpeculativeOptions{}).empty());
 }
@@ -33,7 +33,7 @@ TEST(SpeculativeOptionsTest, ImpossibleSettingsNameTheFlag) {
   o.num_tokens = 16;
   EXPECT_NE(error(o).find("--num-speculative-tokens"), std::string::npos);
   o.num_tokens = 4;
-  o.prompt_lookup_min = 5;
+  o.prompt_lookup_min = 5;  // Above the maximum, 4.
   EXPECT_NE(error(o).find("--prompt-lookup-min"), std::string::npos);
   o.prompt_lookup_min = 1;
   o.draft_model = "/m/small";

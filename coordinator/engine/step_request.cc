@@ -1,5 +1,7 @@
 #include "coordinator/engine/step_request.h"
 
+#include <algorithm>
+
 namespace tessera {
 
 v1::StepRequest ToStepRequest(const sched::StepPlan& plan,
@@ -7,6 +9,12 @@ v1::StepRequest ToStepRequest(const sched::StepPlan& plan,
                               const std::function<int(uint64_t)>& prompt_len) {
   v1::StepRequest req;
   req.set_step_id(plan.step_id);
+  // Without speculation every lookahead is 0: the field stays empty (workers read that so).
+  const bool lookahead =
+      std::any_of(plan.new_seqs.begin(), plan.new_seqs.end(),
+                  [](const sched::NewSeqData& n) { return n.num_lookahead_tokens > 0; }) ||
+      std::any_of(plan.cached_seqs.begin(), plan.cached_seqs.end(),
+                  [](const sched::CachedSeqData& c) { return c.num_lookahead_tokens > 0; });
   for (sched::SeqId id : plan.finished_ids) req.add_finished_seq_ids(id);
   for (sched::SeqId id : plan.preempted_ids) req.add_finished_seq_ids(id);
   for (const sched::NewSeqData& n : plan.new_seqs) {
@@ -30,7 +38,7 @@ v1::StepRequest ToStepRequest(const sched::StepPlan& plan,
     }
     req.add_scheduled_seq_ids(n.seq_id);
     req.add_num_scheduled_tokens(n.num_scheduled_tokens);
-    req.add_num_lookahead_tokens(n.num_lookahead_tokens);
+    if (lookahead) req.add_num_lookahead_tokens(n.num_lookahead_tokens);
   }
   for (const sched::CachedSeqData& c : plan.cached_seqs) {
     v1::CachedSequence* out = req.add_cached_sequences();
@@ -40,7 +48,7 @@ v1::StepRequest ToStepRequest(const sched::StepPlan& plan,
     out->set_num_computed_tokens(c.num_computed_tokens);
     req.add_scheduled_seq_ids(c.seq_id);
     req.add_num_scheduled_tokens(c.num_scheduled_tokens);
-    req.add_num_lookahead_tokens(c.num_lookahead_tokens);
+    if (lookahead) req.add_num_lookahead_tokens(c.num_lookahead_tokens);
   }
   return req;
 }

@@ -61,14 +61,12 @@ absl::StatusOr<std::vector<DraftProposal>> DraftModelProposer::Propose(
       const ProposalRequest& r = requests[i];
       const absl::Span<const float> logits(logits_.data() + row * vocab, vocab);
       const SamplingParams& params = *r.sampling;
-      int32_t token;
-      if (params.greedy()) {
-        token = static_cast<int32_t>(std::max_element(logits.begin(), logits.end()) -
-                                     logits.begin());
-      } else {
-        // Sampled from the draft's own distribution under the request's settings; the
-        // verifier needs that distribution (q) to keep the target's exactly.
-        TokenDistribution q = SamplingDistribution(logits, params, extended[i], r.output_start);
+      // The draft's own distribution under the request's settings (penalties included, so
+      // a greedy draft proposes what a greedy target would pick from the same logits).
+      TokenDistribution q = SamplingDistribution(logits, params, extended[i], r.output_start);
+      int32_t token = q.ids[0];
+      if (!params.greedy()) {
+        // Sampled; the verifier needs q to keep the target's distribution exactly.
         const uint64_t step = extended[i].size() - r.output_start;
         token = q.Draw(SamplingUniform(params.seed, step, kDraftStream));
         out[i].distributions.push_back(std::move(q));

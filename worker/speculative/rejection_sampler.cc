@@ -48,15 +48,14 @@ std::vector<SampledToken> VerifyProposal(absl::Span<const float> logits, int voc
   for (size_t j = 0; j <= m; ++j) {
     const absl::Span<const float> row = logits.subspan(j * vocab, vocab);
     const uint64_t step = first_step + j;
-    const TokenDistribution p = SamplingDistribution(row, params, context, output_start);
-    SampledToken token;
     if (j == m) {
-      // Every proposal accepted: the row after the last one gives a token for free.
-      token.id = params.greedy() ? p.ids[0] : p.Draw(SamplingUniform(params.seed, step));
-      FillLogprobs(row, params.num_logprobs, &token);
-      out.push_back(std::move(token));
+      // Every proposal accepted: the row after the last one gives a token for free, drawn
+      // as decoding without speculation draws it.
+      out.push_back(SampleToken(row, params, context, output_start, step));
       break;
     }
+    const TokenDistribution p = SamplingDistribution(row, params, context, output_start);
+    SampledToken token;
     const int32_t d = proposal.tokens[j];
     const TokenDistribution* q =
         proposal.distributions.empty() ? nullptr : &proposal.distributions[j];

@@ -1,23 +1,21 @@
 // The scheduler's side of speculative decoding: lookahead slots for decoding sequences,
 // counted in the token budget and the blocks, and step results of several tokens.
 #include <memory>
-#include <numeric>
 #include <vector>
 
 #include "coordinator/scheduler/scheduler.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "tests/coordinator/scheduler_test_util.h"
 
 namespace tessera::sched {
 namespace {
 
-using ::testing::ElementsAre;
+using testing::Make;
+using testing::MustUpdate;
+using testing::Range;
 
-std::vector<int32_t> Range(int32_t first, int n) {
-  std::vector<int32_t> v(n);
-  std::iota(v.begin(), v.end(), first);
-  return v;
-}
+using ::testing::ElementsAre;
 
 SchedulerConfig Config(int k) {
   SchedulerConfig c;
@@ -28,12 +26,6 @@ SchedulerConfig Config(int k) {
   c.eos_token_ids = {2};
   c.num_speculative_tokens = k;
   return c;
-}
-
-std::unique_ptr<Scheduler> Make(const SchedulerConfig& config) {
-  auto s = Scheduler::Create(config);
-  EXPECT_TRUE(s.ok()) << s.status();
-  return s.ok() ? std::move(*s) : nullptr;
 }
 
 Request Req(SeqId id, int prompt_len, int max_new_tokens) {
@@ -49,12 +41,6 @@ StepResult Tokens(const StepPlan& plan, SeqId id, const std::vector<int32_t>& to
   r.step_id = plan.step_id;
   for (int32_t t : tokens) r.sampled.push_back({id, t});
   return r;
-}
-
-std::vector<SeqEvent> MustUpdate(Scheduler& s, const StepResult& result) {
-  auto events = s.Update(result);
-  EXPECT_TRUE(events.ok()) << events.status();
-  return events.ok() ? *events : std::vector<SeqEvent>{};
 }
 
 TEST(SchedulerSpeculationTest, DecodeStepsReserveLookaheadInBudgetAndBlocks) {

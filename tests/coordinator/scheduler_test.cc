@@ -7,22 +7,21 @@
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "tests/coordinator/scheduler_test_util.h"
 #include "tests/coordinator/fake_executor.h"
 
 namespace tessera::sched {
 namespace {
+
+using testing::Make;
+using testing::MustUpdate;
+using testing::Range;
 
 using ::testing::ElementsAre;
 using ::testing::ElementsAreArray;
 using ::testing::IsEmpty;
 
 constexpr int kVocab = 1000;
-
-std::vector<int32_t> Range(int32_t first, int n) {
-  std::vector<int32_t> v(n);
-  std::iota(v.begin(), v.end(), first);
-  return v;
-}
 
 SchedulerConfig SmallConfig() {
   SchedulerConfig c;
@@ -43,12 +42,6 @@ Request Req(SeqId id, std::vector<int32_t> prompt, int max_new_tokens = 8, int p
   return r;
 }
 
-std::unique_ptr<Scheduler> Make(const SchedulerConfig& config) {
-  auto s = Scheduler::Create(config);
-  EXPECT_TRUE(s.ok()) << s.status();
-  return s.ok() ? std::move(*s) : nullptr;
-}
-
 // Answers every sampling sequence of the plan with token(seq_id).
 StepResult Answer(const StepPlan& plan, const std::function<int32_t(SeqId)>& token) {
   StepResult r;
@@ -56,12 +49,6 @@ StepResult Answer(const StepPlan& plan, const std::function<int32_t(SeqId)>& tok
   for (const auto& d : plan.new_seqs) if (d.samples_token) r.sampled.push_back({d.seq_id, token(d.seq_id)});
   for (const auto& d : plan.cached_seqs) if (d.samples_token) r.sampled.push_back({d.seq_id, token(d.seq_id)});
   return r;
-}
-
-std::vector<SeqEvent> MustUpdate(Scheduler& s, const StepResult& result) {
-  auto events = s.Update(result);
-  EXPECT_TRUE(events.ok()) << events.status();
-  return events.ok() ? *events : std::vector<SeqEvent>{};
 }
 
 // One step where every sampling sequence gets `token`; returns the events.

@@ -153,16 +153,10 @@ class CudaBf16GemmTest : public CudaBf16VsCpuTest {
   }
 
   void CheckQuantized(DType dtype, int64_t m, int64_t n, int64_t k, int group) {
-    std::mt19937 rng(static_cast<uint32_t>(m * 7919 + n * 31 + k));
-    std::vector<uint8_t> q(n * k);
-    for (uint8_t& b : q) {
-      do {
-        b = static_cast<uint8_t>(rng());
-      } while (dtype == DType::kF8E4M3 && (b & 0x7f) == 0x7f);  // No NaN codes.
-    }
-    const int64_t groups = group > 0 ? (k + group - 1) / group : 1;
-    std::vector<float> scales(n * groups);
-    for (size_t i = 0; i < scales.size(); ++i) scales[i] = std::ldexp(1.0f + (i % 7) * 0.1f, -9);
+    const QuantizedWeights w =
+        RandomQuantizedWeights(dtype, n, k, group, static_cast<uint32_t>(m * 7919 + n * 31 + k));
+    const std::vector<uint8_t>& q = w.bytes;
+    const std::vector<float>& scales = w.scales;
     DeviceArray<uint8_t> d_q(q);
     DeviceArray<float> d_scales(scales);
     for (DType y_dtype : {DType::kBF16, DType::kF32}) {

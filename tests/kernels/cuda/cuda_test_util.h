@@ -78,6 +78,29 @@ inline std::vector<uint8_t> RandomWeights(size_t n, DType dtype, uint32_t seed) 
   return bytes;
 }
 
+// Random int8 or FP8 E4M3 weight bytes, [n, k] (no FP8 NaN codes), with their scales: one
+// per row, or per (row, group of `group` columns) when group > 0, near 2^-9 so products stay
+// in range. The same seed gives the same weights in every test.
+struct QuantizedWeights {
+  std::vector<uint8_t> bytes;
+  std::vector<float> scales;
+};
+inline QuantizedWeights RandomQuantizedWeights(DType dtype, int64_t n, int64_t k, int group,
+                                               uint32_t seed) {
+  std::mt19937 rng(seed);
+  QuantizedWeights w;
+  w.bytes.resize(n * k);
+  for (uint8_t& b : w.bytes) {
+    do {
+      b = static_cast<uint8_t>(rng());
+    } while (dtype == DType::kF8E4M3 && (b & 0x7f) == 0x7f);  // No NaN codes.
+  }
+  const int64_t groups = group > 0 ? (k + group - 1) / group : 1;
+  w.scales.resize(n * groups);
+  for (size_t i = 0; i < w.scales.size(); ++i) w.scales[i] = std::ldexp(1.0f + (i % 7) * 0.1f, -9);
+  return w;
+}
+
 // Element-wise |actual - expected| <= rtol * (|expected| + rms(expected)) + 1e-6: relative,
 // but values near zero (cancellation) are judged against the typical magnitude.
 inline void ExpectAllClose(const std::vector<float>& actual, const std::vector<float>& expected,

@@ -4,6 +4,7 @@
 
 #include <chrono>
 #include <cstdint>
+#include <functional>
 #include <thread>
 #include <vector>
 
@@ -67,11 +68,12 @@ TEST(NcclCommunicatorTest, SingleRankCollectivesOnDevice) {
   cudaFree(gathered);
 }
 
-TEST(NcclCommunicatorTest, TwoRanksOnTwoDevicesAllReduce) {
-  REQUIRE_GPUS(2);
+// Runs `body` on ranks 0 and 1 of a fresh two-rank group, one thread and device each;
+// per rank, the communicator's creation error or what `body` returned.
+std::vector<absl::Status> RunOnTwoDevices(
+    const std::function<absl::Status(int rank, NcclCommunicator& comm)>& body) {
   auto id = GenerateNcclUniqueId();
-  ASSERT_TRUE(id.ok()) << id.status();
-  std::vector<float> results(2, 0.0f);
+  if (!id.ok()) return {id.status(), id.status()};
   std::vector<absl::Status> statuses(2);
   std::vector<std::thread> threads;
   for (int r = 0; r < 2; ++r) {
@@ -83,20 +85,26 @@ TEST(NcclCommunicatorTest, TwoRanksOnTwoDevicesAllReduce) {
       o.device = r;
       o.timeout = milliseconds(60000);
       auto comm = NcclCommunicator::Create(o);
-      if (!comm.ok()) {
-        statuses[r] = comm.status();
-        return;
-      }
-      float* dev = nullptr;
-      cudaMalloc(reinterpret_cast<void**>(&dev), sizeof(float));
-      const float v = static_cast<float>(r + 1);
-      cudaMemcpy(dev, &v, sizeof(float), cudaMemcpyHostToDevice);
-      statuses[r] = (*comm)->AllReduceSum(dev, 1);
-      cudaMemcpy(&results[r], dev, sizeof(float), cudaMemcpyDeviceToHost);
-      cudaFree(dev);
+      statuses[r] = comm.ok() ? body(r, **comm) : comm.status();
     });
   }
   for (auto& t : threads) t.join();
+  return statuses;
+}
+
+TEST(NcclCommunicatorTest, TwoRanksOnTwoDevicesAllReduce) {
+  REQUIRE_GPUS(2);
+  std::vector<float> results(2, 0.0f);
+  const std::vector<absl::Status> statuses = RunOnTwoDevices([&](int r, NcclCommunicator& comm) {
+    float* dev = nullptr;
+    cudaMalloc(reinterpret_cast<void**>(&dev), sizeof(float));
+    const float v = static_cast<float>(r + 1);
+    cudaMemcpy(dev, &v, sizeof(float), cudaMemcpyHostToDevice);
+    const absl::Status s = comm.AllReduceSum(dev, 1);
+    cudaMemcpy(&results[r], dev, sizeof(float), cudaMemcpyDeviceToHost);
+    cudaFree(dev);
+    return s;
+  });
   for (int r = 0; r < 2; ++r) {
     ASSERT_TRUE(statuses[r].ok()) << statuses[r];
     EXPECT_EQ(results[r], 3.0f);
@@ -107,39 +115,23 @@ TEST(NcclCommunicatorTest, TwoRanksOnTwoDevicesAllReduce) {
 // small integers; other 16-bit dtypes are refused without aborting the group.
 TEST(NcclCommunicatorTest, TwoRanksAllReduceBf16) {
   REQUIRE_GPUS(2);
-  auto id = GenerateNcclUniqueId();
-  ASSERT_TRUE(id.ok()) << id.status();
   std::vector<std::vector<uint16_t>> results(2);
-  std::vector<absl::Status> statuses(2), refused(2);
-  std::vector<std::thread> threads;
-  for (int r = 0; r < 2; ++r) {
-    threads.emplace_back([&, r] {
-      NcclCommunicatorOptions o;
-      o.unique_id = *id;
-      o.rank = r;
-      o.world_size = 2;
-      o.device = r;
-      o.timeout = milliseconds(60000);
-      auto comm = NcclCommunicator::Create(o);
-      if (!comm.ok()) {
-        statuses[r] = comm.status();
-        return;
-      }
-      // BF16 bits of 1, 2, 3 (rank 0) and 2, 4, 6 (rank 1): sums 3, 6, 9.
-      const std::vector<uint16_t> mine = r == 0 ? std::vector<uint16_t>{0x3f80, 0x4000, 0x4040}
-                                                : std::vector<uint16_t>{0x4000, 0x4080, 0x40c0};
-      uint16_t* dev = nullptr;
-      cudaMalloc(reinterpret_cast<void**>(&dev), mine.size() * sizeof(uint16_t));
-      cudaMemcpy(dev, mine.data(), mine.size() * sizeof(uint16_t), cudaMemcpyHostToDevice);
-      statuses[r] = (*comm)->AllReduceSum(dev, mine.size(), DType::kBF16);
-      refused[r] = (*comm)->AllReduceSum(dev, mine.size(), DType::kF16);
-      results[r].resize(mine.size());
-      cudaMemcpy(results[r].data(), dev, mine.size() * sizeof(uint16_t), cudaMemcpyDeviceToHost);
-      EXPECT_FALSE((*comm)->aborted());
-      cudaFree(dev);
-    });
-  }
-  for (auto& t : threads) t.join();
+  std::vector<absl::Status> refused(2);
+  const std::vector<absl::Status> statuses = RunOnTwoDevices([&](int r, NcclCommunicator& comm) {
+    // BF16 bits of 1, 2, 3 (rank 0) and 2, 4, 6 (rank 1): sums 3, 6, 9.
+    const std::vector<uint16_t> mine = r == 0 ? std::vector<uint16_t>{0x3f80, 0x4000, 0x4040}
+                                              : std::vector<uint16_t>{0x4000, 0x4080, 0x40c0};
+    uint16_t* dev = nullptr;
+    cudaMalloc(reinterpret_cast<void**>(&dev), mine.size() * sizeof(uint16_t));
+    cudaMemcpy(dev, mine.data(), mine.size() * sizeof(uint16_t), cudaMemcpyHostToDevice);
+    const absl::Status s = comm.AllReduceSum(dev, mine.size(), DType::kBF16);
+    refused[r] = comm.AllReduceSum(dev, mine.size(), DType::kF16);
+    results[r].resize(mine.size());
+    cudaMemcpy(results[r].data(), dev, mine.size() * sizeof(uint16_t), cudaMemcpyDeviceToHost);
+    EXPECT_FALSE(comm.aborted());
+    cudaFree(dev);
+    return s;
+  });
   for (int r = 0; r < 2; ++r) {
     ASSERT_TRUE(statuses[r].ok()) << statuses[r];
     EXPECT_EQ(results[r], (std::vector<uint16_t>{0x4040, 0x40c0, 0x4110}));

@@ -67,13 +67,8 @@ while True:
 PY
 }
 
-SERVE_PID=
-stop_serve() {
-  if [[ -n $SERVE_PID ]] && kill -0 "$SERVE_PID" 2>/dev/null; then
-    kill -TERM "$SERVE_PID"; wait "$SERVE_PID" || true
-  fi
-  SERVE_PID=
-}
+# shellcheck source=benchmarks/lib/serve.sh
+source benchmarks/lib/serve.sh
 trap stop_serve EXIT
 
 for tp in $TPS; do

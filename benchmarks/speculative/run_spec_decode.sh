@@ -42,13 +42,8 @@ VOCAB=$(/usr/bin/python3 -c "import json,sys; print(json.load(open(sys.argv[1]))
 /usr/bin/python3 benchmarks/speculative/make_workloads.py --vocab "$VOCAB" --out-prefix "$WORK/prompts" \
   --num-prompts $((REQUESTS + 1)) --output-len "$OUTPUT_LEN"
 
-SERVE_PID=
-stop_serve() {
-  if [[ -n $SERVE_PID ]] && kill -0 "$SERVE_PID" 2>/dev/null; then
-    kill -TERM "$SERVE_PID"; wait "$SERVE_PID" || true
-  fi
-  SERVE_PID=
-}
+# shellcheck source=benchmarks/lib/serve.sh
+source benchmarks/lib/serve.sh
 trap stop_serve EXIT
 
 for rep in $(seq 1 "$REPS"); do

@@ -9,7 +9,7 @@
 #
 # Environment (defaults in brackets): BUILD_DIR [build], MODEL_DIR [/tmp/tessera-llama-1b-bf16,
 # generated from the llama-1b preset when missing], OUT_DIR [benchmarks/results],
-# PREFIX [spec_decode_llama1b], SPEC_FLAGS ["--speculative ngram --num-speculative-tokens 4
+# PREFIX [spec_decode_llama1b], SPEC_FLAGS ["--speculative ngram --num-speculative-tokens 3
 # --prompt-lookup-min 1 --prompt-lookup-max 4"], REPS [2], REQUESTS [4], OUTPUT_LEN [128],
 # THREADS [0], PORT [50420].
 set -euo pipefail
@@ -20,7 +20,7 @@ BIN=$BUILD_DIR/bin
 MODEL_DIR=${MODEL_DIR:-/tmp/tessera-llama-1b-bf16}
 OUT_DIR=${OUT_DIR:-benchmarks/results}
 PREFIX=${PREFIX:-spec_decode_llama1b}
-SPEC_FLAGS=${SPEC_FLAGS:-"--speculative ngram --num-speculative-tokens 4 --prompt-lookup-min 1 --prompt-lookup-max 4"}
+SPEC_FLAGS=${SPEC_FLAGS:-"--speculative ngram --num-speculative-tokens 3 --prompt-lookup-min 1 --prompt-lookup-max 4"}
 REPS=${REPS:-2}
 REQUESTS=${REQUESTS:-4}
 OUTPUT_LEN=${OUTPUT_LEN:-128}

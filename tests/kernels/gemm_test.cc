@@ -1,6 +1,8 @@
 #include "kernels/cpu/gemm.h"
 
+#include <bit>
 #include <cmath>
+#include <cstdint>
 #include <memory>
 #include <string>
 #include <tuple>
@@ -95,6 +97,37 @@ TEST_P(GemmTest, MatchesNaiveProductAtLayerShapes) {
   for (int64_t m : {1, 4, 9, 70}) {
     ExpectGemmMatchesReference(dtype, level, &pool, m, /*n=*/103, /*k=*/2080,
                                /*seed=*/static_cast<uint32_t>(21 + m));
+  }
+}
+
+// Each row of x gets the same bits whether it is multiplied alone or among others:
+// speculative verification scores a sequence's last token and its proposals in one pass,
+// and greedy output with speculation must equal decoding them one at a time, where
+// near-ties in the logits (common with a 128k vocabulary) would otherwise flip the argmax.
+// The row counts cover every micro-tile height and its remainders; K and N have tails.
+// Only the BF16-weights path on AVX512-BF16 (BF16 checkpoints on Zen 4 and Sapphire
+// Rapids) holds this so far: the other paths sum in another order once x has more rows.
+TEST(GemmBf16Test, RowsGetTheSameBitsAloneAsInABatch) {
+  if (DetectSimdLevel() < SimdLevel::kAvx512Bf16) GTEST_SKIP() << "no AVX512-BF16 on this CPU";
+  const int64_t n = 203, k = 1057;
+  const StoredMatrix w = MakeStoredMatrix(n * k, DType::kBF16, 41);
+  const MatrixView view{w.bytes.data(), DType::kBF16, n, k};
+  for (const int threads : {1, 3}) {
+    ThreadPool pool(threads);
+    for (int64_t m : {2, 3, 4, 5, 6, 9, 13}) {
+      const std::vector<float> x = RandomFloats(m * k, static_cast<uint32_t>(50 + m));
+      std::vector<float> batched(m * n);
+      GemmAtLevel(SimdLevel::kAvx512Bf16, x.data(), m, view, batched.data(), &pool);
+      for (int64_t i = 0; i < m; ++i) {
+        std::vector<float> alone(n);
+        GemmAtLevel(SimdLevel::kAvx512Bf16, x.data() + i * k, 1, view, alone.data(), &pool);
+        for (int64_t j = 0; j < n; ++j) {
+          ASSERT_EQ(std::bit_cast<uint32_t>(batched[i * n + j]), std::bit_cast<uint32_t>(alone[j]))
+              << threads << " threads, m=" << m << ", row " << i << ", column " << j << ": "
+              << batched[i * n + j] << " in the batch, " << alone[j] << " alone";
+        }
+      }
+    }
   }
 }
 

@@ -122,37 +122,18 @@ void MicroKernel(const void* x_rows, int64_t ldx, const void* w_rows, int64_t ld
 // GEMVs on Zen 4: about 10 % more bandwidth (30-33 against 26-30 GB/s, alternated in one
 // process), close to a plain read of memory.
 //
-// Each output adds its products in exactly MicroKernel's order (one accumulator, K in
-// order, the masked tail last, then SumLanes), so a row of x gets the same bits alone as
-// among others: speculative verification scores several tokens of a sequence in one pass
-// and its greedy argmax must match what decoding them one by one would pick. One chain is
-// enough here: its VDPBF16PS latency allows far more than memory delivers to a core.
+// Each W row goes through MicroKernel<1, 1>, so every output is summed in the same order
+// as by the multi-row kernels (SumLanes reduces each input alike wherever it sits): a row
+// of x gets the same bits alone as among others. Speculative verification scores several
+// tokens of a sequence in one pass, and its greedy argmax must match what decoding them
+// one by one picks; two accumulators here used to flip near-ties of the 128k logits.
 template <int NR>
-void RowByRowKernel(const void* x_rows, int64_t /*ldx*/, const void* w_rows, int64_t ldw,
-                    int64_t k0, int64_t kc, float* y, int64_t /*ldy*/, bool accumulate) {
-  const auto* x = static_cast<const uint16_t*>(x_rows);
+void RowByRowKernel(const void* x_rows, int64_t ldx, const void* w_rows, int64_t ldw,
+                    int64_t k0, int64_t kc, float* y, int64_t ldy, bool accumulate) {
   const auto* w = static_cast<const uint16_t*>(w_rows);
-  const int64_t k_end = k0 + kc;
-  __m512 sums[NR];
   for (int j = 0; j < NR; ++j) {
-    const uint16_t* row = w + j * ldw;
-    __m512 acc = _mm512_setzero_ps();
-    int64_t k = k0;
-    for (; k + kStep <= k_end; k += kStep) {
-      acc = _mm512_dpbf16_ps(acc, AsBf16(_mm512_loadu_si512(x + k)),
-                             AsBf16(_mm512_loadu_si512(row + k)));
-    }
-    if (k < k_end) {
-      const __mmask32 mask = _bzhi_u32(~0u, static_cast<unsigned>(k_end - k));
-      acc = _mm512_dpbf16_ps(acc, AsBf16(_mm512_maskz_loadu_epi16(mask, x + k)),
-                             AsBf16(_mm512_maskz_loadu_epi16(mask, row + k)));
-    }
-    sums[j] = acc;
+    MicroKernel<1, 1>(x_rows, ldx, w + j * ldw, ldw, k0, kc, y + j, ldy, accumulate);
   }
-  const __mmask8 out_mask = static_cast<__mmask8>((1u << NR) - 1);
-  __m256 out = SumLanes<NR>(sums);
-  if (accumulate) out = _mm256_add_ps(out, _mm256_maskz_loadu_ps(out_mask, y));
-  _mm256_mask_storeu_ps(y, out_mask, out);
 }
 
 template <int MR>

@@ -146,6 +146,12 @@ setup_prebuilt() {
     export TESSERA_STORIES_DIR=$PREBUILT_PREFIX/stories260K
     say "stories260K from $TESSERA_STORIES_DIR"
   fi
+  # For a later command in the same call: `. $PREBUILT_PREFIX/env.sh`, then a test binary or
+  # `ctest --test-dir $build -R NAME -V` runs as it did here.
+  {
+    echo "export LD_LIBRARY_PATH='$LD_LIBRARY_PATH'"
+    [ -n "${TESSERA_STORIES_DIR:-}" ] && echo "export TESSERA_STORIES_DIR='$TESSERA_STORIES_DIR'"
+  } >"$PREBUILT_PREFIX/env.sh"
 }
 
 # ---- Which build.
@@ -319,7 +325,7 @@ else
 fi
 
 # ---- Summary.
-tests_line=$(grep -E 'tests passed, [0-9]+ tests? failed out of' "$BUILD_DIR/ctest.log" | tail -1)
+tests_line=$(grep -E '% tests passed.* out of [0-9]+' "$BUILD_DIR/ctest.log" | tail -1)
 skipped=$(grep -c '\*\*\*Skipped' "$BUILD_DIR/ctest.log")
 {
   echo "==== gpu-check summary ($(($(date +%s) - start))s)"

@@ -2,9 +2,11 @@
 // tiles, nothing of size context x context in memory), causal, sliding-window and paged.
 // A block takes 64 consecutive query rows of one sequence and one query head; each of its
 // 4 warps owns 16 rows. Per tile of 32 keys: S = Q K^T and then O += P V as BF16 WMMA
-// products with float accumulation, the softmax itself in float. Q, K, V and P are rounded
-// to BF16 on the way into the tensor cores, so the result carries BF16 operand precision;
-// the backend uses this kernel only for BF16 and FP8 caches (see CudaBackend).
+// products with float accumulation, the softmax itself in float. Only Q (exact when the
+// activations are BF16) and P are rounded to BF16 on the way into the tensor cores: K and V
+// are BF16 or FP8 codes, exact in BF16, and the softmax scale and the FP8 rows' scales are
+// applied in float to the scores and to P. The backend uses this kernel only for BF16 and
+// FP8 caches (see CudaBackend).
 #include <cuda_bf16.h>
 #include <cuda_fp8.h>
 #include <mma.h>
@@ -40,7 +42,8 @@ __device__ __forceinline__ float CacheValue<__nv_fp8_e4m3>(const void* cache, in
 template <int D>
 constexpr size_t TcSharedBytes() {
   return sizeof(__nv_bfloat16) * (kTcRows * D + 2 * kTcKeys * D + kTcWarps * 16 * kTcKeys) +
-         sizeof(float) * (kTcWarps * 16 * kTcKeys + kTcWarps * 16 * D + 2 * kTcWarps * 16);
+         sizeof(float) *
+             (kTcWarps * 16 * kTcKeys + kTcWarps * 16 * D + 2 * kTcWarps * 16 + 2 * kTcKeys);
 }
 
 template <int D, class T>
@@ -56,6 +59,8 @@ __global__ void __launch_bounds__(kTcThreads) AttentionPrefillTcKernel(Attention
   float* s_o = s_s + kTcWarps * 16 * kTcKeys;            // [warp][16][D]: this tile's P V
   float* s_alpha = s_o + kTcWarps * 16 * D;              // [warp][16]
   float* s_l = s_alpha + kTcWarps * 16;                  // [warp][16]
+  float* s_k_scale = s_l + kTcWarps * 16;                // [32]: the tile's keys' FP8 scales
+  float* s_v_scale = s_k_scale + kTcKeys;                // [32]
   __shared__ int s_seq;
   __shared__ int s_tile;
 
@@ -93,11 +98,11 @@ __global__ void __launch_bounds__(kTcThreads) AttentionPrefillTcKernel(Attention
   for (int e = threadIdx.x; e < kTcRows * D; e += kTcThreads) {
     const int r = e / D;
     const int d = e % D;
+    // Unscaled: BF16 activations stay exact, and the softmax scale goes onto the scores.
     const float v = r < rows ? LoadAct(a.q,
                                        static_cast<int64_t>(q_begin + first + r) * a.q_stride +
                                            head * D + d,
-                                       a.bf16) *
-                                   a.scale
+                                       a.bf16)
                              : 0.0f;
     s_q[e] = __float2bfloat16(v);
   }
@@ -119,20 +124,28 @@ __global__ void __launch_bounds__(kTcThreads) AttentionPrefillTcKernel(Attention
       const int j = e / D;
       const int d = e % D;
       const int key = k0 + j;
+      // FP8 codes are exact in BF16; their row scales wait for the scores (K) and for P (V),
+      // where they cost no rounding of their own (a scaled code would be rounded to BF16).
       float kv = 0.0f;
       float vv = 0.0f;
+      float k_scale = 1.0f;
+      float v_scale = 1.0f;
       if (key < kv_end) {
         const int64_t row_off = paged::CacheOffset(paged::SlotOf(table, key, a.block_size),
                                                    a.num_kv_heads, D, kv_head);
         kv = CacheValue<T>(a.k_cache, row_off + d);
         vv = CacheValue<T>(a.v_cache, row_off + d);
-        if (a.k_scales != nullptr) {
-          kv *= a.k_scales[row_off / D];
-          vv *= a.v_scales[row_off / D];
+        if (a.k_scales != nullptr && d == 0) {
+          k_scale = a.k_scales[row_off / D];
+          v_scale = a.v_scales[row_off / D];
         }
       }
       s_k[e] = __float2bfloat16(kv);
       s_v[e] = __float2bfloat16(vv);
+      if (d == 0) {
+        s_k_scale[j] = k_scale;
+        s_v_scale[j] = v_scale;
+      }
     }
     __syncthreads();
     if (!warp_active) continue;
@@ -163,7 +176,7 @@ __global__ void __launch_bounds__(kTcThreads) AttentionPrefillTcKernel(Attention
       for (int j = 0; j < kTcKeys; ++j) {
         const int key = k0 + j;
         const bool visible = row_valid && key <= my_pos && key >= first_key && key < kv_end;
-        const float v = visible ? s[lane * kTcKeys + j] : -INFINITY;
+        const float v = visible ? s[lane * kTcKeys + j] * (a.scale * s_k_scale[j]) : -INFINITY;
         s[lane * kTcKeys + j] = v;
         tile_max = fmaxf(tile_max, v);
       }
@@ -178,7 +191,7 @@ __global__ void __launch_bounds__(kTcThreads) AttentionPrefillTcKernel(Attention
           const float v = s[lane * kTcKeys + j];
           const float pj = v == -INFINITY ? 0.0f : expf(v - m_new);
           sum += pj;
-          p[lane * kTcKeys + j] = __float2bfloat16(pj);
+          p[lane * kTcKeys + j] = __float2bfloat16(pj * s_v_scale[j]);
         }
         m = m_new;
       }

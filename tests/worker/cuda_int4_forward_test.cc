@@ -1,7 +1,8 @@
 // GPTQ and AWQ 4-bit checkpoints (written by tests/worker/int4_checkpoint.py, a numpy packer)
-// through the CUDA forward pass against the CPU one: the loader puts kU4 matrices in device
-// memory, decode and small prefill chunks take the fused int4 GEMV, a whole-prompt prefill
-// the BF16 widening + cuBLASLt path. Needs a device and numpy; skips without a device.
+// through the CUDA forward pass against the CPU backend on the float32 weights they stand
+// for (--dequant-out): the loader puts kU4 matrices in device memory, decode and small
+// prefill chunks take the fused int4 GEMV, a whole-prompt prefill the BF16 widening +
+// cuBLASLt path. Needs a device and numpy; skips without a device.
 #include <stdlib.h>
 
 #include <algorithm>
@@ -80,17 +81,22 @@ TEST(CudaInt4ForwardTest, GptqAndAwqMatchCpu) {
   for (const auto& [method, group] : {std::pair<std::string, int>{"gptq", 32}, {"awq", 128}}) {
     SCOPED_TRACE(absl::StrCat(method, " group ", group));
     const auto out = testing::ScratchDir(absl::StrCat(method, group));
+    const auto dequantized = testing::ScratchDir(absl::StrCat(method, group, "_dequantized"));
     const testing::CommandResult written = testing::RunCommand(absl::StrCat(
         "python3 ", TESSERA_SOURCE_DIR, "/tests/worker/int4_checkpoint.py --src ", src.string(),
-        " --out ", out.string(), " --method ", method, " --group-size ", group, " 2>&1"));
+        " --out ", out.string(), " --dequant-out ", dequantized.string(), " --method ", method,
+        " --group-size ", group, " 2>&1"));
     ASSERT_EQ(written.exit_code, 0) << "int4_checkpoint.py (needs numpy):\n" << written.output;
     auto checkpoint = Checkpoint::Open(out);
     ASSERT_TRUE(checkpoint.ok()) << checkpoint.status();
     ASSERT_TRUE((*checkpoint)->Has("model.layers.0.mlp.down_proj.qweight"));
 
+    // The reference: the CPU backend on the float32 weights s * (q - z) the 4-bit ones
+    // stand for. (On the 4-bit checkpoint itself it rounds activations to int16 per 32
+    // columns for its integer kernels, about 1e-4 of a logit away from float32.) Chunks of
+    // 4 tokens keep every CUDA GEMM on the fused int4 GEMV, float32 throughout.
     auto cpu = kernels::MakeCpuBackend(2);
-    // Chunks of 4 tokens keep every GEMM on the fused GEMV (FP32 on both sides).
-    auto want = Generate(out, cpu.get(), prompt, 4);
+    auto want = Generate(dequantized, cpu.get(), prompt, 4);
     ASSERT_TRUE(want.ok()) << want.status();
     auto got = Generate(out, cuda->get(), prompt, 4);
     ASSERT_TRUE(got.ok()) << got.status();

@@ -196,15 +196,21 @@ absl::Status NcclCommunicator::Run(const char* op, size_t bytes, Fn&& enqueue, b
   if (r != ncclSuccess) {
     return Fail(op, absl::StatusCode::kUnavailable, NcclError(r, impl_->comm));
   }
-  if (cudaError_t e = cudaEventRecord(impl_->done, impl_->stream); e != cudaSuccess) {
-    return Fail(op, absl::StatusCode::kUnavailable,
-                absl::StrCat("cudaEventRecord: ", cudaGetErrorString(e)));
-  }
   if (!wait) {
     // Queued behind the compute kernels that produce its input; Wait() bounds it later.
+    // No event here: the stream may be capturing a graph, and an event recorded into a
+    // capture cannot be queried afterwards (cudaEventQuery fails with "invalid argument").
     pending_op_ = op;
     pending_bytes_ += bytes;
     return absl::OkStatus();
+  }
+  return RecordAndWait(op, bytes);
+}
+
+absl::Status NcclCommunicator::RecordAndWait(const char* op, size_t bytes) {
+  if (cudaError_t e = cudaEventRecord(impl_->done, impl_->stream); e != cudaSuccess) {
+    return Fail(op, absl::StatusCode::kUnavailable,
+                absl::StrCat("cudaEventRecord: ", cudaGetErrorString(e)));
   }
   return WaitForEvent(op, bytes);
 }
@@ -234,14 +240,15 @@ absl::Status NcclCommunicator::WaitForEvent(const char* op, size_t bytes) {
 
 absl::Status NcclCommunicator::Wait() {
   if (aborted()) return AbortedError("Wait");
-  if (pending_op_ == nullptr) return absl::OkStatus();
-  const char* op = pending_op_;
+  if (!queue_only_) return absl::OkStatus();  // Every call waited for itself.
+  // Recorded now, after everything queued on the stream: on one stream its completion
+  // means every earlier collective completed too, those queued by Run() and those inside a
+  // replayed graph, which never pass through Run() (so this waits even with none pending).
+  const char* op = pending_op_ != nullptr ? pending_op_ : "collectives of a replayed graph";
   const size_t bytes = pending_bytes_;
   pending_op_ = nullptr;
   pending_bytes_ = 0;
-  // The event was recorded after the last queued collective: on one stream, its
-  // completion means every earlier one completed too.
-  return WaitForEvent(op, bytes);
+  return RecordAndWait(op, bytes);
 }
 
 absl::Status NcclCommunicator::AllReduceSum(float* data, size_t count) {

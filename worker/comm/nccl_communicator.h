@@ -63,10 +63,11 @@ class NcclCommunicator final : public Communicator {
   struct Impl;
   NcclCommunicator(std::unique_ptr<Impl> impl, int rank, int world_size,
                    std::chrono::milliseconds timeout);
-  // Enqueues with `enqueue` (returns an ncclResult_t), records the completion event and,
-  // with `wait`, waits for it.
+  // Enqueues with `enqueue` (returns an ncclResult_t) and, with `wait`, waits for it.
   template <typename Fn>
   absl::Status Run(const char* op, size_t bytes, Fn&& enqueue, bool wait);
+  // Records the completion event on the stream (never while it captures), then waits.
+  absl::Status RecordAndWait(const char* op, size_t bytes);
   // Polls the completion event until done, failed, or the timeout (then aborts).
   absl::Status WaitForEvent(const char* op, size_t bytes);
   absl::Status AbortedError(const char* op) const;

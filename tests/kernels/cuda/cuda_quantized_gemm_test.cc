@@ -48,8 +48,12 @@ class CudaQuantizedGemmTest : public CudaVsCpuTest {
     const std::vector<float>& scales = w.scales;
     const std::vector<float> x = RandomFloats(m * k, 23);
     std::vector<float> expected(m * n);
-    cpu_->Gemm(x.data(), m, MatrixView{q.data(), dtype, n, k, scales.data(), group},
-               expected.data());
+    if (m > gpu::kQuantizedGemvMaxRows) {
+      expected = WidenedBf16Gemm(*cpu_, x, m, DequantizedWeights(dtype, w, n, k, group), n, k);
+    } else {
+      cpu_->Gemm(x.data(), m, MatrixView{q.data(), dtype, n, k, scales.data(), group},
+                 expected.data());
+    }
     std::vector<uint8_t> padded(offset, 0);
     padded.insert(padded.end(), q.begin(), q.end());
     DeviceArray<uint8_t> d_q(padded);
@@ -58,7 +62,7 @@ class CudaQuantizedGemmTest : public CudaVsCpuTest {
                 MatrixView{d_q.get() + offset, dtype, n, k, d_scales.get(), group}, d_y.get());
     cuda_->Synchronize();
     ASSERT_TRUE(cuda_->status().ok()) << cuda_->status();
-    ExpectAllClose(d_y.ToHost(), expected, QuantizedGemmTolerance(m), "gemm");
+    ExpectAllClose(d_y.ToHost(), expected, kQuantizedGemmTolerance, "gemm");
   }
 };
 
@@ -96,17 +100,17 @@ TEST_F(CudaQuantizedGemmTest, DecodeShapesAndUnalignedWeights) {
 }
 
 // FP8 weights x FP8 activations (dynamic per-tensor scale) on the tensor cores, against the
-// CPU's float activations. Tolerance: E4M3 keeps 3 mantissa bits, so each activation is off
-// by up to 2^-4 (6 %) relative, ~1.8 % rms for uniform data; over k products that averages
-// to ~2 % of the output's rms, and 0.1 of (|expected| + rms) stays clear of it for the
-// largest of thousands of outputs. A wrong scale or layout is off by far more.
+// same quantization of the activations on the host (Fp8GemmReference).
 TEST_F(CudaQuantizedGemmTest, Fp8ActivationsOnTensorCores) {
   if (!cuda_->fp8_tensor_cores()) GTEST_SKIP() << "FP8 tensor cores need sm_89 or newer";
   cuda_->set_fp8_activations(true);
   struct Shape {
     int64_t m, n, k;
   };
-  for (const Shape& s : {Shape{64, 130, 1024}, Shape{200, 259, 4096}, Shape{17, 48, 2048}}) {
+  // cuBLASLt's FP8 kernels want 16-byte aligned rows of y (n % 4 == 0 for float32): it
+  // turned down n = 130 and 259 on an H200, and the BF16 path took those (tested in Check).
+  // Every layer of a real model has n % 16 == 0.
+  for (const Shape& s : {Shape{64, 128, 1024}, Shape{200, 256, 4096}, Shape{17, 48, 2048}}) {
     SCOPED_TRACE("m=" + std::to_string(s.m) + " n=" + std::to_string(s.n) +
                  " k=" + std::to_string(s.k));
     const int64_t before = cuda_->fp8_gemms();
@@ -116,9 +120,8 @@ TEST_F(CudaQuantizedGemmTest, Fp8ActivationsOnTensorCores) {
     std::vector<float> scales(s.n);
     for (int64_t r = 0; r < s.n; ++r) scales[r] = 0.01f * (1 + r % 5);
     const std::vector<float> x = RandomFloats(s.m * s.k, 43, -3.0f, 3.0f);
-    std::vector<float> expected(s.m * s.n);
-    cpu_->Gemm(x.data(), s.m, MatrixView{q.data(), DType::kF8E4M3, s.n, s.k, scales.data()},
-               expected.data());
+    const std::vector<float> expected = Fp8GemmReference(
+        *cpu_, x, s.m, MatrixView{q.data(), DType::kF8E4M3, s.n, s.k, scales.data()});
     DeviceArray<uint8_t> d_q(q);
     DeviceArray<float> d_scales(scales), d_x(x), d_y(s.m * s.n);
     cuda_->Gemm(d_x.get(), s.m, MatrixView{d_q.get(), DType::kF8E4M3, s.n, s.k, d_scales.get()},
@@ -126,7 +129,7 @@ TEST_F(CudaQuantizedGemmTest, Fp8ActivationsOnTensorCores) {
     cuda_->Synchronize();
     ASSERT_TRUE(cuda_->status().ok()) << cuda_->status();
     EXPECT_EQ(cuda_->fp8_gemms(), before + 1) << "the FP8 x FP8 path did not run";
-    ExpectAllClose(d_y.ToHost(), expected, 0.1, "fp8 x fp8 gemm");
+    ExpectAllClose(d_y.ToHost(), expected, kFp8GemmTolerance, "fp8 x fp8 gemm");
   }
   // K % 16 != 0 has no FP8 algorithm: the BF16 path, at its own tolerance.
   const int64_t before = cuda_->fp8_gemms();

@@ -3,6 +3,7 @@
 
 #include <cuda_runtime.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <memory>
@@ -121,16 +122,71 @@ inline void ExpectAllClose(const std::vector<float>& actual, const std::vector<f
   }
 }
 
-// ExpectAllClose's rtol for a quantized-weight GEMM of m rows against the CPU backend.
-// m <= 8 (fused GEMV): both sides decode the same codes exactly and accumulate in float32,
-// only in another order (and int4 applies the group scale to a 32-column partial sum rather
-// than to each weight): a few ulps of sqrt(k) * rms, far below 1e-4 for k <= 4096.
-// m > 8: every weight is rounded once to BF16 (scale folded in) and so is every
-// activation, each a relative error up to 2^-9 (~0.2%) that averages out over k, so the
-// result is off by ~0.3% of rms; 1e-2 leaves three times that.
-inline double QuantizedGemmTolerance(int64_t m) {
-  return m > gpu::kQuantizedGemvMaxRows ? 1e-2 : 1e-4;
+// Dequantized weights [n, k] in float32: code value times its scale (one per row and
+// `group` columns; group 0: one per row), the product the CUDA kernels form before
+// rounding it to BF16 for the prefill GEMM.
+inline std::vector<float> DequantizedWeights(DType dtype, const QuantizedWeights& w, int64_t n,
+                                             int64_t k, int group) {
+  const int64_t columns = group > 0 ? group : k;
+  const int64_t groups = (k + columns - 1) / columns;
+  std::vector<float> out(n * k);
+  for (int64_t r = 0; r < n; ++r) {
+    for (int64_t c = 0; c < k; ++c) {
+      const uint8_t b = w.bytes[r * k + c];
+      const float v = dtype == DType::kI8 ? static_cast<float>(static_cast<int8_t>(b))
+                                          : Fp8E4M3ToF32(b);
+      out[r * k + c] = w.scales[r * groups + c / columns] * v;
+    }
+  }
+  return out;
 }
+
+// The prefill path for quantized weights (m > gpu::kQuantizedGemvMaxRows) on the host: the
+// dequantized weights and the activations each rounded once to BF16, then a float32-
+// accumulated GEMM (the CPU backend's BF16 GEMM). The device differs only in summation
+// order, so kQuantizedGemmTolerance holds for both paths. (Against the float32 GEMM the two
+// roundings put the largest error over a few thousand outputs near 1 % of the rms.)
+inline std::vector<float> WidenedBf16Gemm(Backend& cpu, const std::vector<float>& x, int64_t m,
+                                          const std::vector<float>& dequantized, int64_t n,
+                                          int64_t k) {
+  std::vector<uint16_t> w(dequantized.size());
+  for (size_t i = 0; i < w.size(); ++i) w[i] = F32ToBf16(dequantized[i]);
+  std::vector<float> rounded(x.size());
+  for (size_t i = 0; i < x.size(); ++i) rounded[i] = Bf16ToF32(F32ToBf16(x[i]));
+  std::vector<float> y(m * n);
+  cpu.Gemm(rounded.data(), m, MatrixView{w.data(), DType::kBF16, n, k}, y.data());
+  return y;
+}
+
+// The FP8 x FP8 path (CudaBackend::set_fp8_activations) on the host: the activations
+// quantized as kernels/cuda/fp8_activation_kernels.cu does (one scale for the tensor,
+// amax / 448, each x / scale rounded to E4M3), multiplied in float32 by the same FP8 weights
+// and their row scales, times the activation scale. The device differs in summation order
+// and in where the two scales meet the sum. (Against the float activations the E4M3
+// rounding alone puts the largest error over thousands of outputs at 7-15 % of the rms.)
+inline std::vector<float> Fp8GemmReference(Backend& cpu, const std::vector<float>& x, int64_t m,
+                                           const MatrixView& host_w) {
+  float amax = 0.0f;
+  for (float v : x) amax = std::max(amax, std::fabs(v));
+  const float scale = amax > 0.0f ? amax / kFp8E4M3Max : 1.0f;
+  const float inv = 1.0f / scale;
+  std::vector<float> codes(x.size());
+  for (size_t i = 0; i < x.size(); ++i) codes[i] = Fp8E4M3ToF32(F32ToFp8E4M3(x[i] * inv));
+  std::vector<float> y(m * host_w.rows);
+  cpu.Gemm(codes.data(), m, host_w, y.data());
+  for (float& v : y) v *= scale;
+  return y;
+}
+
+// ExpectAllClose's rtol for Fp8GemmReference with a float32 output.
+constexpr double kFp8GemmTolerance = 1e-3;
+
+// ExpectAllClose's rtol for a quantized-weight GEMM against its host model (the CPU
+// backend for the fused GEMV, m <= 8; WidenedBf16Gemm above it): both sides decode the same
+// codes exactly and accumulate in float32, only in another order (and int4 applies the
+// group scale to a 32-column partial sum rather than to each weight): a few ulps of
+// sqrt(k) * rms, far below 1e-4 for k <= 4096.
+constexpr double kQuantizedGemmTolerance = 1e-4;
 
 // Fixture: a CUDA backend on device 0 and the CPU reference; skips without a device. The
 // CUDA backend's activations are float32 (kActivations), so the exact twin tests feed both
@@ -183,6 +239,15 @@ inline std::vector<float> Bf16Values(const std::vector<uint16_t>& bits) {
 // is within half a BF16 ulp, 2^-9 of |value|; 1e-2 leaves room for one more rounding of an
 // intermediate (GEMM inputs converted, attention's BF16 q and P on the tensor cores).
 constexpr double kBf16Tolerance = 1e-2;
+
+// The tensor-core attention kernel rounds Q and the softmax weights P to BF16 for the
+// matrix units. An output is a weighted mean of V rows, far smaller than its terms, so those
+// roundings weigh more than in an elementwise op: a float64 model of a correct kernel
+// (tests/kernels/cuda/bf16_attention_error.py) puts the largest error over the test shapes'
+// ~10^5 outputs at 0.9-1.3e-2 of (|expected| + rms), with an rms of 1.4e-3; an H200 gave
+// up to 1.35e-2 where the output is rounded to BF16 as well. 2e-2 clears that; a wrong
+// mask, scale or row is off by O(1).
+constexpr double kBf16AttentionTolerance = 2e-2;
 
 // Fixture: the CUDA backend with BF16 activations against the CPU backend (float32) on
 // the same BF16-rounded inputs, widened.

@@ -68,6 +68,54 @@ TEST(NcclCommunicatorTest, SingleRankCollectivesOnDevice) {
   cudaFree(gathered);
 }
 
+// The worker's decode graphs: collectives queued without waiting, once eagerly and once
+// into a captured graph, then the graph replayed; Wait() must bound all of it. It used to
+// record its completion event inside the capture, and the query after it failed with
+// "invalid argument" (seen on an H200: every tensor-parallel decode step with graphs).
+TEST(NcclCommunicatorTest, QueuedCollectivesCapturedIntoAGraphAreWaitedFor) {
+  REQUIRE_GPUS(1);
+  auto id = GenerateNcclUniqueId();
+  ASSERT_TRUE(id.ok()) << id.status();
+  cudaStream_t stream = nullptr;
+  ASSERT_EQ(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), cudaSuccess);
+  NcclCommunicatorOptions o;
+  o.unique_id = *id;
+  o.stream = stream;
+  o.queue_without_waiting = true;
+  auto comm = NcclCommunicator::Create(o);
+  ASSERT_TRUE(comm.ok()) << comm.status();
+  ASSERT_TRUE((*comm)->Capturable());
+  const std::vector<float> host = {1.5f, -2.0f, 4.25f};
+  float* dev = nullptr;
+  ASSERT_EQ(cudaMalloc(reinterpret_cast<void**>(&dev), host.size() * sizeof(float)), cudaSuccess);
+  ASSERT_EQ(cudaMemcpy(dev, host.data(), host.size() * sizeof(float), cudaMemcpyHostToDevice),
+            cudaSuccess);
+
+  ASSERT_TRUE((*comm)->AllReduceSum(dev, host.size()).ok());
+  ASSERT_TRUE((*comm)->Wait().ok());
+  ASSERT_EQ(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal), cudaSuccess);
+  const absl::Status queued = (*comm)->AllReduceSum(dev, host.size());
+  cudaGraph_t graph = nullptr;
+  ASSERT_EQ(cudaStreamEndCapture(stream, &graph), cudaSuccess);
+  ASSERT_TRUE(queued.ok()) << queued;
+  cudaGraphExec_t exec = nullptr;
+  ASSERT_EQ(cudaGraphInstantiate(&exec, graph, 0), cudaSuccess);
+  for (int replay = 0; replay < 3; ++replay) {
+    ASSERT_EQ(cudaGraphLaunch(exec, stream), cudaSuccess);
+    const absl::Status waited = (*comm)->Wait();
+    ASSERT_TRUE(waited.ok()) << "replay " << replay << ": " << waited;
+  }
+  std::vector<float> out(host.size());
+  ASSERT_EQ(cudaMemcpy(out.data(), dev, out.size() * sizeof(float), cudaMemcpyDeviceToHost),
+            cudaSuccess);
+  EXPECT_EQ(out, host);  // One rank: the sum is the value itself.
+  EXPECT_FALSE((*comm)->aborted());
+  cudaGraphExecDestroy(exec);
+  cudaGraphDestroy(graph);
+  cudaFree(dev);
+  cudaStreamDestroy(stream);
+}
+
 // Runs `body` on ranks 0 and 1 of a fresh two-rank group, one thread and device each;
 // per rank, the communicator's creation error or what `body` returned.
 std::vector<absl::Status> RunOnTwoDevices(

@@ -32,13 +32,14 @@ namespace {
 using Json = nlohmann::json;
 
 constexpr char kUsage[] =
-    "usage: gpu_bench [--out PATH] [--device N] [--layers N] [--batches 1,8,64,256]\n"
+    "usage: gpu_bench [--out PATH] [--device N] [--layers N] [--batches 1,2,4,8,64,256]\n"
     "                 [--context N] [--prefill N] [--copy-mib N] [--gemm-size N] [--iters N]\n"
     "                 [--activations bf16|f32] [--compare-activations 0|1]\n"
+    "                 [--kv-dtype bf16|f32] [--gemv-max-rows N]\n"
     "  --out PATH      write results as JSON to PATH (default: no file)\n"
     "  --device N      CUDA device (default 0)\n"
     "  --layers N      decoder layers of the Llama-3-8B shape (default 32)\n"
-    "  --batches LIST  decode batch sizes (default 1,8,64,256)\n"
+    "  --batches LIST  decode batch sizes (default 1,2,4,8,64,256)\n"
     "  --context N     tokens in each sequence's KV cache during decode (default 512)\n"
     "  --prefill N     prompt length of the prefill step, 0 to skip (default 2048)\n"
     "  --copy-mib N    size of the device-to-device copy (default 2048)\n"
@@ -47,13 +48,17 @@ constexpr char kUsage[] =
     "  --activations D the CUDA backend's activation dtype, bf16 (the worker's default) or\n"
     "                  f32 (TESSERA_CUDA_ACTIVATIONS=f32)\n"
     "  --compare-activations 0|1  also time the decode steps under the other activation\n"
-    "                  dtype (default 1)\n";
+    "                  dtype (default 1)\n"
+    "  --kv-dtype D    the KV cache's element type, bf16 (the worker's choice for BF16\n"
+    "                  checkpoints) or f32 (default bf16)\n"
+    "  --gemv-max-rows N  decode batches up to N take the GEMV kernel, larger ones\n"
+    "                  cuBLASLt (0..8; default: the backend's)\n";
 
 struct Options {
   std::string out;
   int device = 0;
   int layers = 32;
-  std::vector<int> batches = {1, 8, 64, 256};
+  std::vector<int> batches = {1, 2, 4, 8, 64, 256};
   int context = 512;
   int prefill = 2048;
   int64_t copy_mib = 2048;
@@ -61,6 +66,8 @@ struct Options {
   int iters = 5;
   DType activations = DType::kBF16;
   bool compare_activations = true;
+  DType kv_dtype = DType::kBF16;
+  int gemv_max_rows = -1;  // -1: the backend's default.
 };
 
 [[noreturn]] void Die(const std::string& message) {
@@ -122,6 +129,16 @@ Options ParseArgs(int argc, char** argv) {
       }
     } else if (flag == "--compare-activations") {
       o.compare_activations = ParseInt(flag, value, 0) != 0;
+    } else if (flag == "--kv-dtype") {
+      if (value == "bf16") {
+        o.kv_dtype = DType::kBF16;
+      } else if (value == "f32") {
+        o.kv_dtype = DType::kF32;
+      } else {
+        Die("invalid value '" + value + "' for --kv-dtype (bf16 or f32)");
+      }
+    } else if (flag == "--gemv-max-rows") {
+      o.gemv_max_rows = ParseInt(flag, value, 0);
     } else {
       Die("unknown flag " + flag + "\n" + kUsage);
     }
@@ -200,6 +217,7 @@ int Main(int argc, char** argv) {
       kernels::MakeCudaBackend(o.device, o.activations);
   if (!backend.ok()) Die(std::string(backend.status().message()));
   kernels::CudaBackend& be = **backend;
+  if (o.gemv_max_rows >= 0) be.set_gemv_max_rows(o.gemv_max_rows);
   cudaStream_t stream = be.stream();
 
   cudaDeviceProp prop{};
@@ -218,11 +236,14 @@ int Main(int argc, char** argv) {
   result["build_type"] = TESSERA_BUILD_TYPE;
   result["date"] = UtcNow();
   result["activation_dtype"] = DTypeName(o.activations);
+  result["gemv_max_rows"] = be.gemv_max_rows();
   std::printf("GPU %s (sm_%d%d, %d SMs, %.1f GiB), driver %d, runtime %d, %s build, %s "
               "activations\n",
               prop.name, prop.major, prop.minor, prop.multiProcessorCount,
               prop.totalGlobalMem / double(1 << 30), driver, runtime, TESSERA_BUILD_TYPE,
               DTypeName(o.activations));
+  std::printf("KV cache %s; BF16 weights take the GEMV kernel up to %d rows, cuBLASLt above\n",
+              DTypeName(o.kv_dtype), be.gemv_max_rows());
 
   const double copy_bw = CopyBandwidth(o, stream);
   const double gemm_rate = GemmRate(o, stream);
@@ -235,6 +256,7 @@ int Main(int argc, char** argv) {
 
   LlamaShape shape;
   shape.layers = o.layers;
+  shape.kv_dtype = o.kv_dtype;
   int max_batch = 1;
   for (int b : o.batches) max_batch = std::max(max_batch, b);
   const int64_t cache_tokens =
@@ -248,7 +270,7 @@ int Main(int argc, char** argv) {
                      {"q_heads", shape.q_heads},   {"kv_heads", shape.kv_heads},
                      {"head_dim", shape.head_dim}, {"layers", shape.layers},
                      {"vocab", shape.vocab},       {"weight_dtype", "BF16"},
-                     {"kv_dtype", "F32"},          {"block_size", shape.block_size},
+                     {"kv_dtype", DTypeName(shape.kv_dtype)}, {"block_size", shape.block_size},
                      {"step_weight_bytes", shape.StepWeightBytes()}};
 
   std::printf("decode, context %d (weights %.2f GB per step)\n", o.context, weight_bytes / 1e9);
@@ -260,8 +282,8 @@ int Main(int argc, char** argv) {
     if (!t.ok()) Die(std::string(t.status().message()));
     const double step_bw = weight_bytes / (t->step_ms * 1e-3);
     const double gemm_bw = weight_bytes / (t->gemm_only_ms * 1e-3);
-    const double kv_bytes = 2.0 * batch * o.context * shape.kv_heads * shape.head_dim * 4.0 *
-                            shape.layers;
+    const double kv_bytes = 2.0 * batch * o.context * shape.kv_heads * shape.head_dim *
+                            static_cast<double>(DTypeSize(shape.kv_dtype)) * shape.layers;
     decode.push_back({{"batch", batch},
                       {"context", o.context},
                       {"step_ms", t->step_ms},
@@ -331,8 +353,10 @@ int Main(int argc, char** argv) {
                 (gemm_flop + attn_flop) / (t->step_ms * 1e-3) / 1e12);
     std::printf("  GEMMs alone %.1f ms = %.1f TFLOP/s, %.1f%% of the measured GEMM rate\n",
                 t->gemm_only_ms, gemm_rate_step / 1e12, 100.0 * gemm_rate_step / gemm_rate);
-    std::printf("  attention alone %.1f ms = %.1f TFLOP/s (FP32 SIMT kernel)\n",
-                t->attention_ms, attn_flop / (t->attention_ms * 1e-3) / 1e12);
+    std::printf("  attention alone %.1f ms = %.1f TFLOP/s (%s)\n", t->attention_ms,
+                attn_flop / (t->attention_ms * 1e-3) / 1e12,
+                shape.kv_dtype == DType::kF32 ? "FP32 SIMT kernel, F32 cache"
+                                              : "tensor-core kernel, BF16 cache");
   }
   model->reset();
 

@@ -70,7 +70,8 @@ absl::StatusOr<std::unique_ptr<LlamaStepBench>> LlamaStepBench::Create(
                               shape.head_dim;
   bench->cache_blocks_ = (max_cache_tokens + shape.block_size - 1) / shape.block_size + 1;
   const int64_t weight_bytes = shape.StepWeightBytes() + static_cast<int64_t>(shape.vocab) * h * 2;
-  const int64_t cache_bytes = bench->cache_blocks_ * block_elems * 4 * 2 * shape.layers;
+  const int64_t kv_elem = static_cast<int64_t>(DTypeSize(shape.kv_dtype));
+  const int64_t cache_bytes = bench->cache_blocks_ * block_elems * kv_elem * 2 * shape.layers;
   const size_t free_bytes = backend->FreeMemoryBytes();
   if (static_cast<double>(weight_bytes + cache_bytes) > 0.95 * static_cast<double>(free_bytes)) {
     return absl::ResourceExhaustedError(absl::StrCat(
@@ -99,16 +100,17 @@ absl::StatusOr<std::unique_ptr<LlamaStepBench>> LlamaStepBench::Create(
     layer.down = weights(h, shape.inter, 1.0f / std::sqrt(static_cast<float>(shape.inter)));
     layer.input_norm = norm();
     layer.post_norm = norm();
-    const size_t cache_bytes_layer = static_cast<size_t>(bench->cache_blocks_ * block_elems * 4);
-    layer.k_cache = static_cast<float*>(bench->Alloc(cache_bytes_layer));
-    layer.v_cache = static_cast<float*>(bench->Alloc(cache_bytes_layer));
+    const size_t cache_elems = static_cast<size_t>(bench->cache_blocks_ * block_elems);
+    layer.k_cache = bench->Alloc(cache_elems * kv_elem);
+    layer.v_cache = bench->Alloc(cache_elems * kv_elem);
     if (layer.qkv == nullptr || layer.o == nullptr || layer.gate_up == nullptr ||
         layer.down == nullptr || layer.input_norm == nullptr || layer.post_norm == nullptr ||
         layer.k_cache == nullptr || layer.v_cache == nullptr) {
       return absl::ResourceExhaustedError(absl::StrCat("out of GPU memory at layer ", l));
     }
-    cudaMemsetAsync(layer.k_cache, 0, cache_bytes_layer, backend->stream());
-    cudaMemsetAsync(layer.v_cache, 0, cache_bytes_layer, backend->stream());
+    // Random rather than zero: the steps before the timed one write only their own slots.
+    FillRandom(layer.k_cache, cache_elems, shape.kv_dtype, 1.0f, seed++, backend->stream());
+    FillRandom(layer.v_cache, cache_elems, shape.kv_dtype, 1.0f, seed++, backend->stream());
     bench->layers_.push_back(layer);
   }
   bench->embed_ = weights(shape.vocab, h, 1.0f);
@@ -249,6 +251,7 @@ absl::StatusOr<StepTiming> LlamaStepBench::Time(int batch, int context, int new_
   b.cache_shape.block_size = s.block_size;
   b.cache_shape.num_kv_heads = s.kv_heads;
   b.cache_shape.head_dim = s.head_dim;
+  b.cache_shape.dtype = s.kv_dtype;
   const int64_t t = b.tokens;
   b.hidden = scratch(t * s.hidden);
   b.normed = activations(t * s.hidden);

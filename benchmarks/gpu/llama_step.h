@@ -23,6 +23,9 @@ struct LlamaShape {
   int vocab = 128256;
   int block_size = 16;
   float rope_theta = 500000.0f;
+  // The KV cache's element type: BF16, what the worker picks for BF16 checkpoints (and
+  // what the tensor-core prefill attention reads), or F32.
+  DType kv_dtype = DType::kBF16;
 
   int64_t QkvRows() const { return static_cast<int64_t>(q_heads + 2 * kv_heads) * head_dim; }
   // Weight bytes one token's forward streams: every layer matrix plus lm_head (BF16).
@@ -76,8 +79,8 @@ class LlamaStepBench {
     void* down;
     float* input_norm;
     float* post_norm;
-    float* k_cache;
-    float* v_cache;
+    void* k_cache;
+    void* v_cache;
   };
   std::vector<Layer> layers_;
   void* embed_ = nullptr;

@@ -107,8 +107,8 @@ absl::StatusOr<nlohmann::json> RunQuantizedGemvBench(kernels::CudaBackend& backe
   nlohmann::json out = nlohmann::json::array();
   std::printf("\nquantized decode GEMV, one decoder layer (qkv, o, gate_up, down); HBM peak "
               "%.0f GB/s\n", peak / 1e9);
-  std::printf("%-14s %-8s %3s %10s %10s %10s %8s %8s\n", "model", "weights", "m", "layer MB",
-              "layer us", "GB/s", "of peak", "of copy");
+  std::printf("%-14s %-8s %-8s %3s %10s %10s %10s %8s %8s\n", "model", "weights", "path", "m",
+              "layer MB", "layer us", "GB/s", "of peak", "of copy");
   float* x = nullptr;
   float* y = nullptr;
   const int max_m = 8;
@@ -149,8 +149,26 @@ absl::StatusOr<nlohmann::json> RunQuantizedGemvBench(kernels::CudaBackend& backe
         }
         copies.push_back(std::move(layer));
       } while (status.ok() && copies.size() * layer_bytes < kRotationBytes && copies.size() < 64);
-      for (int m : {1, 4, 8}) {
+      // BF16 twice, through the GEMV kernel and through cuBLASLt, at every decode row count:
+      // where the dispatch (CudaBackend::set_gemv_max_rows) should switch.
+      struct Run {
+        int m;
+        bool cublas;
+      };
+      std::vector<Run> runs;
+      if (dtype == DType::kBF16) {
+        for (bool cublas : {false, true}) {
+          for (int m = 1; m <= max_m; ++m) runs.push_back({m, cublas});
+        }
+      } else {
+        for (int m : {1, 4, 8}) runs.push_back({m, false});
+      }
+      const int default_gemv_rows = backend.gemv_max_rows();
+      for (const Run& run : runs) {
         if (!status.ok()) break;
+        const int m = run.m;
+        backend.set_gemv_max_rows(run.cublas ? 0 : max_m);
+        const char* path = dtype != DType::kBF16 ? "gemv" : run.cublas ? "cublaslt" : "gemv";
         auto run_layer = [&](size_t copy) {
           for (const DeviceWeight& w : copies[copy]) backend.Gemm(x, m, w.view, y);
         };
@@ -175,6 +193,7 @@ absl::StatusOr<nlohmann::json> RunQuantizedGemvBench(kernels::CudaBackend& backe
         const double bw = layer_bytes / layer_s;
         out.push_back({{"model", shape.model},
                        {"weight_dtype", DTypeName(dtype)},
+                       {"path", path},
                        {"group_size", dtype == DType::kU4 ? kGroup : 0},
                        {"m", m},
                        {"layer_weight_bytes", layer_bytes},
@@ -182,10 +201,11 @@ absl::StatusOr<nlohmann::json> RunQuantizedGemvBench(kernels::CudaBackend& backe
                        {"weight_bytes_per_s", bw},
                        {"fraction_of_hbm_peak", peak > 0 ? bw / peak : 0.0},
                        {"fraction_of_copy_bw", bw / copy_bytes_per_s}});
-        std::printf("%-14s %-8s %3d %10.1f %10.1f %10.1f %7.1f%% %7.1f%%\n", shape.model,
-                    DTypeName(dtype), m, layer_bytes / 1e6, layer_s * 1e6, bw / 1e9,
+        std::printf("%-14s %-8s %-8s %3d %10.1f %10.1f %10.1f %7.1f%% %7.1f%%\n", shape.model,
+                    DTypeName(dtype), path, m, layer_bytes / 1e6, layer_s * 1e6, bw / 1e9,
                     peak > 0 ? 100.0 * bw / peak : 0.0, 100.0 * bw / copy_bytes_per_s);
       }
+      backend.set_gemv_max_rows(default_gemv_rows);
       for (auto& layer : copies) {
         for (DeviceWeight& w : layer) FreeWeight(w);
       }

@@ -304,7 +304,7 @@ void CudaBackend::Gemm(const void* x, int64_t m, MatrixView w, void* y, DType y_
     GemmDense(x, m, MatrixView{widened, DType::kBF16, w.rows, w.cols}, y, y_dtype);
     return;
   }
-  if (w.dtype != DType::kF32 && m <= gpu::kGemvMaxRows) {
+  if (w.dtype != DType::kF32 && m <= gemv_max_rows_) {
     std::string error;
     RecordLaunch(gpu::LaunchGemv(x, static_cast<int>(m), w, y, stream_, &error, act, y_dtype),
                  error);

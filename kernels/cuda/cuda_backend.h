@@ -3,6 +3,7 @@
 
 #include <cuda_runtime.h>
 
+#include <algorithm>
 #include <cstddef>
 #include <cstdint>
 #include <memory>
@@ -121,6 +122,13 @@ class CudaBackend final : public Backend {
   // % of the output's rms). Off by default: weight-only FP8 keeps the activation dtype. Where
   // cuBLASLt has no FP8 algorithm (K % 16 != 0, unaligned slices) the BF16 path runs.
   void set_fp8_activations(bool on) { fp8_activations_ = on; }
+  // 16-bit dense weights take the GEMV kernel up to this many rows of x, cuBLASLt above
+  // (0..gpu::kGemvMaxRows). With BF16 activations the default is 0: on an H200 cuBLASLt
+  // streamed Llama-3-8B's BF16 layers at 3.58 TB/s for every m from 1 to 8, the GEMV kernel
+  // at 3.04 (m = 1) down to 1.38 (m = 8) (gpu_bench's sweep). With float32 activations it
+  // is kGemvMaxRows: the GEMV reads x as it is, where cuBLASLt would round it to BF16.
+  void set_gemv_max_rows(int rows) { gemv_max_rows_ = std::clamp(rows, 0, gpu::kGemvMaxRows); }
+  int gemv_max_rows() const { return gemv_max_rows_; }
   bool fp8_tensor_cores() const { return fp8_tensor_cores_; }
   // Prefill GEMMs that took the FP8 x FP8 path (for tests and benchmarks).
   int64_t fp8_gemms() const { return fp8_gemms_; }
@@ -144,7 +152,8 @@ class CudaBackend final : public Backend {
         gemm_(std::move(gemm)),
         fp8_tensor_cores_(fp8_tensor_cores),
         bf16_tensor_cores_(bf16_tensor_cores),
-        activation_dtype_(activation_dtype) {}
+        activation_dtype_(activation_dtype),
+        gemv_max_rows_(activation_dtype == DType::kBF16 ? 0 : gpu::kGemvMaxRows) {}
   // The FP8 x FP8 prefill GEMM; false (nothing recorded) when cuBLASLt cannot run it for
   // this shape, so the caller takes the BF16 path.
   bool GemmFp8Activations(const void* x, int64_t m, const MatrixView& w, void* y,
@@ -188,6 +197,7 @@ class CudaBackend final : public Backend {
   bool fp8_activations_ = false;
   int64_t fp8_gemms_ = 0;
   DType activation_dtype_;  // kBF16 or kF32.
+  int gemv_max_rows_;       // After activation_dtype_, which sets its default.
 };
 
 // Convenience for callers that only need the Backend interface.

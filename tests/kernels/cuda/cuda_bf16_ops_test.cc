@@ -179,9 +179,16 @@ class CudaBf16GemmTest : public CudaBf16VsCpuTest {
 
 // BF16 weights: every GEMV row count, then cuBLASLt with BF16 operands and no conversion.
 TEST_F(CudaBf16GemmTest, Bf16WeightsGemvAndCublas) {
-  for (int64_t m = 1; m <= gpu::kGemvMaxRows; ++m) {
-    CheckDense(DType::kBF16, m, 300, 4096);  // 128-bit loads.
-    CheckDense(DType::kBF16, m, 37, 100);    // Scalar path (k % 8 != 0).
+  // Decode rows through the GEMV kernel, then through cuBLASLt (the default with BF16
+  // activations, where it is faster).
+  EXPECT_EQ(cuda_->gemv_max_rows(), 0);
+  for (int gemv_rows : {gpu::kGemvMaxRows, 0}) {
+    SCOPED_TRACE("GEMV up to " + std::to_string(gemv_rows) + " rows");
+    cuda_->set_gemv_max_rows(gemv_rows);
+    for (int64_t m = 1; m <= gpu::kGemvMaxRows; ++m) {
+      CheckDense(DType::kBF16, m, 300, 4096);  // 128-bit loads.
+      CheckDense(DType::kBF16, m, 37, 100);    // Scalar path (k % 8 != 0).
+    }
   }
   for (int64_t m : {9, 17, 64}) {
     CheckDense(DType::kBF16, m, 300, 4096);

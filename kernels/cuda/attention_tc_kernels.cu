@@ -11,6 +11,7 @@
 #include <cuda_fp8.h>
 #include <mma.h>
 
+#include <cstdint>
 #include <string>
 
 #include "kernels/cuda/attention_args.h"
@@ -26,16 +27,30 @@ constexpr int kTcKeys = 32;       // Keys per tile.
 constexpr int kTcWarps = kTcRows / 16;
 constexpr int kTcThreads = kTcWarps * 32;
 
-// Cache element e of a row as float (before the row's FP8 scale).
+// Eight consecutive cache elements as eight BF16 values in one 16-byte word (BF16 cache:
+// one 16-byte load; FP8: one 8-byte load, each code widened exactly). `off` is a multiple
+// of 8 elements and the cache 16-byte aligned (checked at launch).
 template <class T>
-__device__ __forceinline__ float CacheValue(const void* cache, int64_t off);
+__device__ __forceinline__ uint4 Load8AsBf16(const void* cache, int64_t off);
 template <>
-__device__ __forceinline__ float CacheValue<__nv_bfloat16>(const void* cache, int64_t off) {
-  return __bfloat162float(static_cast<const __nv_bfloat16*>(cache)[off]);
+__device__ __forceinline__ uint4 Load8AsBf16<__nv_bfloat16>(const void* cache, int64_t off) {
+  return *reinterpret_cast<const uint4*>(static_cast<const __nv_bfloat16*>(cache) + off);
 }
 template <>
-__device__ __forceinline__ float CacheValue<__nv_fp8_e4m3>(const void* cache, int64_t off) {
-  return static_cast<float>(static_cast<const __nv_fp8_e4m3*>(cache)[off]);
+__device__ __forceinline__ uint4 Load8AsBf16<__nv_fp8_e4m3>(const void* cache, int64_t off) {
+  const uint2 codes = *reinterpret_cast<const uint2*>(static_cast<const uint8_t*>(cache) + off);
+  const uint32_t words[2] = {codes.x, codes.y};
+  uint32_t out[4];
+  for (int i = 0; i < 4; ++i) {
+    const uint32_t w = words[i / 2] >> (16 * (i % 2));
+    __nv_fp8_e4m3 lo, hi;
+    lo.__x = static_cast<__nv_fp8_storage_t>(w & 0xff);
+    hi.__x = static_cast<__nv_fp8_storage_t>((w >> 8) & 0xff);
+    const __nv_bfloat162 pair =
+        __floats2bfloat162_rn(static_cast<float>(lo), static_cast<float>(hi));
+    out[i] = *reinterpret_cast<const uint32_t*>(&pair);
+  }
+  return make_uint4(out[0], out[1], out[2], out[3]);
 }
 
 // Dynamic shared memory of one block, in bytes.
@@ -43,7 +58,8 @@ template <int D>
 constexpr size_t TcSharedBytes() {
   return sizeof(__nv_bfloat16) * (kTcRows * D + 2 * kTcKeys * D + kTcWarps * 16 * kTcKeys) +
          sizeof(float) *
-             (kTcWarps * 16 * kTcKeys + kTcWarps * 16 * D + 2 * kTcWarps * 16 + 2 * kTcKeys);
+             (kTcWarps * 16 * kTcKeys + kTcWarps * 16 * D + 2 * kTcWarps * 16 + 2 * kTcKeys) +
+         sizeof(int64_t) * kTcKeys;
 }
 
 template <int D, class T>
@@ -61,6 +77,7 @@ __global__ void __launch_bounds__(kTcThreads) AttentionPrefillTcKernel(Attention
   float* s_l = s_alpha + kTcWarps * 16;                  // [warp][16]
   float* s_k_scale = s_l + kTcWarps * 16;                // [32]: the tile's keys' FP8 scales
   float* s_v_scale = s_k_scale + kTcKeys;                // [32]
+  auto* s_key_off = reinterpret_cast<int64_t*>(s_v_scale + kTcKeys);  // [32]: row offsets
   __shared__ int s_seq;
   __shared__ int s_tile;
 
@@ -107,45 +124,52 @@ __global__ void __launch_bounds__(kTcThreads) AttentionPrefillTcKernel(Attention
     s_q[e] = __float2bfloat16(v);
   }
 
-  // Lane r < 16 keeps row r's running max and sum; every lane keeps its share of the
+  // Lanes r and r + 16 keep row r's running max and sum; every lane keeps its share of the
   // warp's 16 x D output (element lane + 32 i, row (lane + 32 i) / D).
   constexpr int kOutPerLane = 16 * D / 32;
   float o[kOutPerLane];
   for (int i = 0; i < kOutPerLane; ++i) o[i] = 0.0f;
   float m = -INFINITY;
   float l = 0.0f;
-  const int my_row = warp * 16 + lane;  // Meaningful for lane < 16.
+  const int my_row = warp * 16 + lane % 16;
   const int my_pos = paged::TokenPosition(context_len, num_new, first + my_row);
   const bool warp_active = warp * 16 < rows;
 
   for (int k0 = kv_begin; k0 < kv_end; k0 += kTcKeys) {
     __syncthreads();  // The previous tile is consumed (and s_q is complete).
-    for (int e = threadIdx.x; e < kTcKeys * D; e += kTcThreads) {
-      const int j = e / D;
-      const int d = e % D;
+    // Each key's row offset once (the page-table lookup divides by the runtime block size)
+    // and its FP8 scales. FP8 codes are exact in BF16; their row scales wait for the scores
+    // (K) and for P (V), where they cost no rounding of their own (a scaled code would be
+    // rounded to BF16).
+    if (threadIdx.x < kTcKeys) {
+      const int j = threadIdx.x;
       const int key = k0 + j;
-      // FP8 codes are exact in BF16; their row scales wait for the scores (K) and for P (V),
-      // where they cost no rounding of their own (a scaled code would be rounded to BF16).
-      float kv = 0.0f;
-      float vv = 0.0f;
+      int64_t off = -1;
       float k_scale = 1.0f;
       float v_scale = 1.0f;
       if (key < kv_end) {
-        const int64_t row_off = paged::CacheOffset(paged::SlotOf(table, key, a.block_size),
-                                                   a.num_kv_heads, D, kv_head);
-        kv = CacheValue<T>(a.k_cache, row_off + d);
-        vv = CacheValue<T>(a.v_cache, row_off + d);
-        if (a.k_scales != nullptr && d == 0) {
-          k_scale = a.k_scales[row_off / D];
-          v_scale = a.v_scales[row_off / D];
+        off = paged::CacheOffset(paged::SlotOf(table, key, a.block_size), a.num_kv_heads, D,
+                                 kv_head);
+        if (a.k_scales != nullptr) {
+          k_scale = a.k_scales[off / D];
+          v_scale = a.v_scales[off / D];
         }
       }
-      s_k[e] = __float2bfloat16(kv);
-      s_v[e] = __float2bfloat16(vv);
-      if (d == 0) {
-        s_k_scale[j] = k_scale;
-        s_v_scale[j] = v_scale;
-      }
+      s_key_off[j] = off;
+      s_k_scale[j] = k_scale;
+      s_v_scale[j] = v_scale;
+    }
+    __syncthreads();
+    // Then the tile, 8 elements per load.
+    for (int c = threadIdx.x; c < kTcKeys * D / 8; c += kTcThreads) {
+      const int j = c / (D / 8);
+      const int d = c % (D / 8) * 8;
+      const int64_t off = s_key_off[j];
+      const uint4 zero = make_uint4(0, 0, 0, 0);
+      *reinterpret_cast<uint4*>(s_k + j * D + d) =
+          off >= 0 ? Load8AsBf16<T>(a.k_cache, off + d) : zero;
+      *reinterpret_cast<uint4*>(s_v + j * D + d) =
+          off >= 0 ? Load8AsBf16<T>(a.v_cache, off + d) : zero;
     }
     __syncthreads();
     if (!warp_active) continue;
@@ -167,36 +191,46 @@ __global__ void __launch_bounds__(kTcThreads) AttentionPrefillTcKernel(Attention
     }
     __syncwarp();
 
-    // Online softmax, one row per lane.
+    // Online softmax: lanes r and r + 16 share row r, 16 keys each, and keep the same
+    // running max and sum (combined through one shuffle each).
     __nv_bfloat16* p = s_p + warp * 16 * kTcKeys;
-    if (lane < 16) {
+    {
+      const int row = lane % 16;
+      const int j0 = lane / 16 * (kTcKeys / 2);
       const bool row_valid = my_row < rows;
       const int first_key = paged::FirstVisibleKey(my_pos, a.window);
+      float v[kTcKeys / 2];
       float tile_max = -INFINITY;
-      for (int j = 0; j < kTcKeys; ++j) {
+#pragma unroll
+      for (int jj = 0; jj < kTcKeys / 2; ++jj) {
+        const int j = j0 + jj;
         const int key = k0 + j;
         const bool visible = row_valid && key <= my_pos && key >= first_key && key < kv_end;
-        const float v = visible ? s[lane * kTcKeys + j] * (a.scale * s_k_scale[j]) : -INFINITY;
-        s[lane * kTcKeys + j] = v;
-        tile_max = fmaxf(tile_max, v);
+        v[jj] = visible ? s[row * kTcKeys + j] * (a.scale * s_k_scale[j]) : -INFINITY;
+        tile_max = fmaxf(tile_max, v[jj]);
       }
+      tile_max = fmaxf(tile_max, __shfl_xor_sync(0xffffffffu, tile_max, 16));
       const float m_new = fmaxf(m, tile_max);
       float alpha = 1.0f;
       float sum = 0.0f;
       if (m_new == -INFINITY) {  // Nothing visible yet: keep the empty state.
-        for (int j = 0; j < kTcKeys; ++j) p[lane * kTcKeys + j] = __float2bfloat16(0.0f);
+#pragma unroll
+        for (int jj = 0; jj < kTcKeys / 2; ++jj) {
+          p[row * kTcKeys + j0 + jj] = __float2bfloat16(0.0f);
+        }
       } else {
         alpha = expf(m - m_new);  // 0 while m is -inf.
-        for (int j = 0; j < kTcKeys; ++j) {
-          const float v = s[lane * kTcKeys + j];
-          const float pj = v == -INFINITY ? 0.0f : expf(v - m_new);
+#pragma unroll
+        for (int jj = 0; jj < kTcKeys / 2; ++jj) {
+          const float pj = v[jj] == -INFINITY ? 0.0f : expf(v[jj] - m_new);
           sum += pj;
-          p[lane * kTcKeys + j] = __float2bfloat16(pj * s_v_scale[j]);
+          p[row * kTcKeys + j0 + jj] = __float2bfloat16(pj * s_v_scale[j0 + jj]);
         }
         m = m_new;
       }
+      sum += __shfl_xor_sync(0xffffffffu, sum, 16);
       l = l * alpha + sum;
-      s_alpha[warp * 16 + lane] = alpha;
+      if (lane < 16) s_alpha[warp * 16 + lane] = alpha;
     }
     __syncwarp();
 
@@ -284,6 +318,12 @@ bool LaunchPagedAttentionPrefillTc(const void* q, int q_stride, const AttentionB
     return Fail(error, "PagedAttentionPrefillTc: num_q_heads " + std::to_string(num_q_heads) +
                            " is not a positive multiple of num_kv_heads " +
                            std::to_string(shape.num_kv_heads));
+  }
+  // Rows are read 8 elements per load; caches come from cudaMalloc (layers at multiples of
+  // whole blocks), so only a caller's odd slice fails here.
+  if (reinterpret_cast<uintptr_t>(k_cache) % 16 != 0 ||
+      reinterpret_cast<uintptr_t>(v_cache) % 16 != 0) {
+    return Fail(error, "PagedAttentionPrefillTc: the K and V caches must be 16-byte aligned");
   }
   const AttentionArgs args =
       MakeArgs(q, q_stride, batch, k_cache, v_cache, shape, num_q_heads, scale, out, act);

@@ -88,6 +88,12 @@ int ParseInt(const std::string& flag, const std::string& value, int min) {
   return v;
 }
 
+DType ParseBf16OrF32(const std::string& flag, const std::string& value) {
+  if (value == "bf16") return DType::kBF16;
+  if (value == "f32") return DType::kF32;
+  Die("invalid value '" + value + "' for " + flag + " (bf16 or f32)");
+}
+
 Options ParseArgs(int argc, char** argv) {
   Options o;
   for (int i = 1; i < argc; ++i) {
@@ -120,23 +126,11 @@ Options ParseArgs(int argc, char** argv) {
     } else if (flag == "--iters") {
       o.iters = ParseInt(flag, value, 1);
     } else if (flag == "--activations") {
-      if (value == "bf16") {
-        o.activations = DType::kBF16;
-      } else if (value == "f32") {
-        o.activations = DType::kF32;
-      } else {
-        Die("invalid value '" + value + "' for --activations (bf16 or f32)");
-      }
+      o.activations = ParseBf16OrF32(flag, value);
     } else if (flag == "--compare-activations") {
       o.compare_activations = ParseInt(flag, value, 0) != 0;
     } else if (flag == "--kv-dtype") {
-      if (value == "bf16") {
-        o.kv_dtype = DType::kBF16;
-      } else if (value == "f32") {
-        o.kv_dtype = DType::kF32;
-      } else {
-        Die("invalid value '" + value + "' for --kv-dtype (bf16 or f32)");
-      }
+      o.kv_dtype = ParseBf16OrF32(flag, value);
     } else if (flag == "--gemv-max-rows") {
       o.gemv_max_rows = ParseInt(flag, value, 0);
     } else {

@@ -21,6 +21,8 @@
 #include "boost/beast/http.hpp"
 #include "boost/beast/ssl.hpp"
 #include "common/logging.h"
+#include "common/memory_release.h"
+#include "common/net/fd_budget.h"
 #include "coordinator/http/sse_writer.h"
 #include "coordinator/tls/ssl_context_watcher.h"
 
@@ -39,18 +41,29 @@ class Session final : public HttpExchange, public std::enable_shared_from_this<S
  public:
   static constexpr bool kTls = !std::is_same_v<Stream, beast::tcp_stream>;
 
-  Session(const HttpServerOptions* options, std::atomic<int>* num_active_exchanges, tcp::socket socket,
-          std::shared_ptr<ssl::context> tls_context = nullptr)
+  Session(const HttpServerOptions* options, std::atomic<int>* num_active_exchanges, ::tessera::net::ListenerStats* stats,
+          tcp::socket socket, std::shared_ptr<ssl::context> tls_context = nullptr)
       : stream_(MakeStream(std::move(socket), tls_context.get())),
         tls_context_(std::move(tls_context)),
         options_(options),
-        num_active_exchanges_(num_active_exchanges) {}
+        num_active_exchanges_(num_active_exchanges),
+        stats_(stats) {
+    stats_->open_connections.fetch_add(1);
+  }
+
+  ~Session() override {
+    // The last of a burst (or every 256th close of a flood) gives the freed buffers back:
+    // a TLS connection alone holds ~100 KB that glibc would otherwise keep.
+    const int64_t left = stats_->open_connections.fetch_sub(1) - 1;
+    static std::atomic<uint64_t> closed{0};
+    if (left == 0 || closed.fetch_add(1) % 256 == 255) ReleaseFreedMemorySoon();
+  }
 
   void Start() {
     net::dispatch(stream_.get_executor(), [self = this->shared_from_this()] {
       if constexpr (kTls) {
         // Bounded, so a client that connects and never completes a handshake is dropped.
-        self->Tcp().expires_after(std::chrono::seconds(30));
+        self->Tcp().expires_after(std::chrono::seconds(self->options_->handshake_timeout_seconds));
         self->stream_.async_handshake(ssl::stream_base::server, [self](beast::error_code ec) {
           if (ec) {
             self->Gone();
@@ -134,9 +147,40 @@ class Session final : public HttpExchange, public std::enable_shared_from_this<S
     parser_.emplace();
     parser_->body_limit(options_->max_body_bytes);
     parser_->header_limit(64 << 10);
-    Tcp().expires_after(std::chrono::seconds(options_->idle_timeout_seconds));
+    if (num_served_ > 0 && buffer_.size() == 0) {
+      // Between requests: the idle timeout runs until the next one's first byte, then the
+      // header deadline.
+      Tcp().expires_after(std::chrono::seconds(options_->idle_timeout_seconds));
+      stream_.async_read_some(buffer_.prepare(4096),
+                              [self = this->shared_from_this()](beast::error_code ec, size_t n) {
+                                if (self->gone_) return;
+                                if (ec) {
+                                  self->OnRead(ec);
+                                  return;
+                                }
+                                self->buffer_.commit(n);
+                                self->ReadHeader();
+                              });
+      return;
+    }
+    ReadHeader();
+  }
+
+  // One deadline for the whole header, not per read: a byte every few seconds does not
+  // keep a connection alive.
+  void ReadHeader() {
+    Tcp().expires_after(std::chrono::seconds(options_->header_timeout_seconds));
     bhttp::async_read_header(stream_, buffer_, *parser_,
                              [self = this->shared_from_this()](beast::error_code ec, size_t) { self->OnHeader(ec); });
+  }
+
+  // The body's deadline follows its size at the minimum rate (the largest allowed body when
+  // chunked), and is never shorter than the header deadline.
+  void SetBodyDeadline() {
+    const uint64_t expected = parser_->content_length().value_or(options_->max_body_bytes);
+    const uint64_t rate = static_cast<uint64_t>(std::max<int64_t>(1, options_->min_body_bytes_per_second));
+    const uint64_t seconds = std::max<uint64_t>(options_->header_timeout_seconds, (expected + rate - 1) / rate);
+    Tcp().expires_after(std::chrono::seconds(seconds));
   }
 
   // The header alone first: a client that sent `Expect: 100-continue` (curl does for
@@ -149,6 +193,7 @@ class Session final : public HttpExchange, public std::enable_shared_from_this<S
       return;
     }
     auto read_body = [self = this->shared_from_this()] {
+      self->SetBodyDeadline();
       bhttp::async_read(self->stream_, self->buffer_, *self->parser_,
                         [self](beast::error_code ec, size_t) { self->OnRead(ec); });
     };
@@ -198,6 +243,7 @@ class Session final : public HttpExchange, public std::enable_shared_from_this<S
     request_.body = std::move(msg.body());
     request_.authorization = std::string(msg[bhttp::field::authorization]);
     keep_alive_ = msg.keep_alive();
+    ++num_served_;
     SetInExchange(true);
     started_ = false;
     status_ = 0;
@@ -260,6 +306,9 @@ class Session final : public HttpExchange, public std::enable_shared_from_this<S
       return;
     }
     writing_ = true;
+    // A client that stops reading stalls this write: it ends the connection after the idle
+    // timeout instead of holding it (and its request) forever.
+    Tcp().expires_after(std::chrono::seconds(options_->idle_timeout_seconds));
     net::async_write(stream_, net::buffer(queue_.front().bytes),
                      [self = this->shared_from_this()](beast::error_code ec, size_t) { self->OnWritten(ec); });
   }
@@ -295,11 +344,13 @@ class Session final : public HttpExchange, public std::enable_shared_from_this<S
     const LogLevel level = request_.path == "/health" ? LogLevel::kDebug : LogLevel::kInfo;
     if (!LogEnabled(level)) return;
     const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count();
+    // 499 (nginx's "client closed request") when the client left before an answer began.
+    const int64_t status = client_gone && status_ == 0 ? 499 : status_;
     Log(level, "tessera-coordinator", client_gone ? "http request: client went away" : "http request",
         {{"protocol", std::string("http")},
          {"method", request_.method},
          {"path", request_.path},
-         {"status", int64_t{status_}},
+         {"status", status},
          {"duration_seconds", seconds}});
   }
 
@@ -332,7 +383,8 @@ class Session final : public HttpExchange, public std::enable_shared_from_this<S
   }
 
   void Linger() {
-    stream_.async_read_some(net::buffer(drain_), [self = this->shared_from_this()](beast::error_code ec, size_t) {
+    if (drain_ == nullptr) drain_ = std::make_unique<std::array<char, 16384>>();
+    stream_.async_read_some(net::buffer(*drain_), [self = this->shared_from_this()](beast::error_code ec, size_t) {
       if (ec) {
         self->Tcp().close();
         return;
@@ -376,6 +428,8 @@ class Session final : public HttpExchange, public std::enable_shared_from_this<S
   std::shared_ptr<ssl::context> tls_context_;
   const HttpServerOptions* const options_;
   std::atomic<int>* const num_active_exchanges_;
+  ::tessera::net::ListenerStats* const stats_;
+  uint64_t num_served_ = 0;  // Requests read on this connection.
   beast::flat_buffer buffer_;
   std::optional<bhttp::request_parser<bhttp::string_body>> parser_;
   HttpRequest request_;
@@ -389,7 +443,8 @@ class Session final : public HttpExchange, public std::enable_shared_from_this<S
   uint64_t exchange_id_ = 0;
   std::deque<Piece> queue_;
   std::function<void()> client_gone_;
-  std::array<char, 16384> drain_;  // Linger's scratch.
+  // Linger's scratch, only for connections that linger: idle ones stay small.
+  std::unique_ptr<std::array<char, 16384>> drain_;
 };
 
 }  // namespace
@@ -397,28 +452,109 @@ class Session final : public HttpExchange, public std::enable_shared_from_this<S
 struct HttpServer::Impl {
   explicit Impl(HttpServerOptions o) : options(std::move(o)), ioc(options.num_threads), acceptor(ioc) {}
 
+  absl::Status Listen() {
+    beast::error_code ec;
+    acceptor.open(endpoint.protocol(), ec);
+    if (!ec) acceptor.set_option(net::socket_base::reuse_address(true), ec);
+    if (!ec) acceptor.bind(endpoint, ec);
+    if (!ec) acceptor.listen(net::socket_base::max_listen_connections, ec);
+    if (ec) {
+      beast::error_code ignored;
+      acceptor.close(ignored);
+      return absl::UnavailableError(
+          absl::StrCat("cannot listen on ", options.host, ":", endpoint.port(), ": ", ec.message()));
+    }
+    endpoint = acceptor.local_endpoint();  // The port, when 0 was asked for.
+    return absl::OkStatus();
+  }
+
   void Accept() {
     acceptor.async_accept(net::make_strand(ioc), [this](beast::error_code ec, tcp::socket socket) {
-      if (!acceptor.is_open()) return;
-      if (!ec) {
+      if (stopping.load()) return;
+      if (ec) {
+        OnAcceptError(ec);
+        return;
+      }
+      const char* refused = nullptr;
+      if (tessera::net::InFdReserve(socket.native_handle())) {
+        refused = "the descriptor reserve is reached (--fd-reserve)";
+      } else if (stats.open_connections.load() >= options.max_connections) {
+        refused = "too many open connections (--max-connections)";
+      }
+      if (refused != nullptr) {
         beast::error_code ignored;
-        socket.set_option(tcp::no_delay(true), ignored);  // SSE events are small and latency matters.
-        // A fixed send buffer instead of the kernel's autotuning (up to tcp_wmem's 4 MB): a
-        // client that stops reading then blocks the stream's writes after this much, so the
-        // RequestStream bound (--max-undelivered-tokens) ends its request, as HTTP/2 flow
-        // control does for gRPC, instead of megabytes per connection piling up in the kernel.
-        if (options.send_buffer_bytes > 0) {
-          socket.set_option(net::socket_base::send_buffer_size(options.send_buffer_bytes), ignored);
-        }
-        if (tls_watcher != nullptr) {
-          std::make_shared<Session<beast::ssl_stream<beast::tcp_stream>>>(&options, &num_active_exchanges,
-                                                                          std::move(socket), tls_watcher->Current())
-              ->Start();
-        } else {
-          std::make_shared<Session<beast::tcp_stream>>(&options, &num_active_exchanges, std::move(socket))->Start();
-        }
+        socket.close(ignored);
+        stats.refused.fetch_add(1);
+        refusals.Refused(stats, refused);
+        Accept();
+        return;
+      }
+      beast::error_code ignored;
+      socket.set_option(tcp::no_delay(true), ignored);  // SSE events are small and latency matters.
+      // A fixed send buffer instead of the kernel's autotuning (up to tcp_wmem's 4 MB): a
+      // client that stops reading then blocks the stream's writes after this much, so the
+      // RequestStream bound (--max-undelivered-tokens) ends its request, as HTTP/2 flow
+      // control does for gRPC, instead of megabytes per connection piling up in the kernel.
+      if (options.send_buffer_bytes > 0) {
+        socket.set_option(net::socket_base::send_buffer_size(options.send_buffer_bytes), ignored);
+      }
+      if (tls_watcher != nullptr) {
+        std::make_shared<Session<beast::ssl_stream<beast::tcp_stream>>>(&options, &num_active_exchanges, &stats,
+                                                                        std::move(socket), tls_watcher->Current())
+            ->Start();
+      } else {
+        std::make_shared<Session<beast::tcp_stream>>(&options, &num_active_exchanges, &stats, std::move(socket))
+            ->Start();
       }
       Accept();
+    });
+  }
+
+  void OnAcceptError(const beast::error_code& ec) {
+    if (ec == net::error::operation_aborted && !acceptor.is_open()) return;
+    if (tessera::net::IsOutOfDescriptors(ec.value())) {
+      // Shed the pending connection so the backlog drains and the loop does not spin on a
+      // socket that stays readable; back off briefly when even that fails.
+      stats.refused.fetch_add(1);
+      refusals.Refused(stats, "the process is out of file descriptors");
+      if (tessera::net::ShedOnePendingConnection(acceptor.native_handle())) {
+        Accept();
+      } else {
+        RetryAfter(std::chrono::milliseconds(50), [this] { Accept(); });
+      }
+      return;
+    }
+    if (ec == net::error::connection_aborted || ec == net::error::interrupted || ec == net::error::try_again ||
+        ec.value() == EPROTO) {
+      Accept();
+      return;
+    }
+    // The listening socket itself failed: readiness is off until it is reopened.
+    Log(LogLevel::kError, "listener", "accept failed; reopening the listening socket",
+        {{"listener", stats.name}, {"port", int64_t{stats.port.load()}}, {"error", ec.message()}});
+    stats.accepting = false;
+    beast::error_code ignored;
+    acceptor.close(ignored);
+    Reopen();
+  }
+
+  void Reopen() {
+    RetryAfter(std::chrono::seconds(1), [this] {
+      if (absl::Status s = Listen(); !s.ok()) {
+        Reopen();
+        return;
+      }
+      stats.accepting = true;
+      Log(LogLevel::kInfo, "listener", "listening again", {{"listener", stats.name}, {"port", int64_t{stats.port.load()}}});
+      Accept();
+    });
+  }
+
+  void RetryAfter(std::chrono::milliseconds delay, std::function<void()> fn) {
+    retry_timer.expires_after(delay);
+    retry_timer.async_wait([this, fn = std::move(fn)](beast::error_code ec) {
+      if (ec || stopping.load()) return;
+      fn();
     });
   }
 
@@ -434,12 +570,18 @@ struct HttpServer::Impl {
 
   HttpServerOptions options;
   net::io_context ioc;
+  tcp::endpoint endpoint;
+  // Accept, its error handling and Reopen run one at a time (each starts the next), so the
+  // acceptor needs no strand.
   tcp::acceptor acceptor;
   std::unique_ptr<tls::SslContextWatcher> tls_watcher;  // Null: plaintext.
   net::steady_timer tls_timer{ioc};
+  net::steady_timer retry_timer{ioc};
   std::vector<std::thread> threads;
   std::atomic<int> num_active_exchanges{0};
-  int port = 0;
+  tessera::net::ListenerStats stats;
+  tessera::net::RefusalLog refusals;
+  std::atomic<bool> stopping{false};
   bool stopped = false;
 };
 
@@ -447,7 +589,9 @@ HttpServer::HttpServer(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
 
 HttpServer::~HttpServer() { Stop(); }
 
-int HttpServer::port() const { return impl_->port; }
+int HttpServer::port() const { return impl_->stats.port.load(); }
+
+const tessera::net::ListenerStats& HttpServer::stats() const { return impl_->stats; }
 
 absl::StatusOr<std::unique_ptr<HttpServer>> HttpServer::Start(HttpServerOptions options) {
   if (!options.handler || !options.error_body) return absl::InvalidArgumentError("HttpServer needs a handler");
@@ -455,16 +599,12 @@ absl::StatusOr<std::unique_ptr<HttpServer>> HttpServer::Start(HttpServerOptions 
   beast::error_code ec;
   const net::ip::address address = net::ip::make_address(impl->options.host, ec);
   if (ec) return absl::InvalidArgumentError(absl::StrCat("bad HTTP host ", impl->options.host, ": ", ec.message()));
-  const tcp::endpoint endpoint(address, static_cast<uint16_t>(impl->options.port));
-  impl->acceptor.open(endpoint.protocol(), ec);
-  if (!ec) impl->acceptor.set_option(net::socket_base::reuse_address(true), ec);
-  if (!ec) impl->acceptor.bind(endpoint, ec);
-  if (!ec) impl->acceptor.listen(net::socket_base::max_listen_connections, ec);
-  if (ec) {
-    return absl::UnavailableError(
-        absl::StrCat("cannot listen on ", impl->options.host, ":", impl->options.port, ": ", ec.message()));
-  }
-  impl->port = impl->acceptor.local_endpoint().port();
+  if (impl->options.max_connections < 1) return absl::InvalidArgumentError("max_connections must be positive");
+  impl->endpoint = tcp::endpoint(address, static_cast<uint16_t>(impl->options.port));
+  if (absl::Status s = impl->Listen(); !s.ok()) return s;
+  impl->stats.name = "http";
+  impl->stats.port = impl->endpoint.port();
+  impl->stats.max_connections = impl->options.max_connections;
   if (impl->options.tls.enabled()) {
     auto watcher = tls::SslContextWatcher::Create(impl->options.tls);
     if (!watcher.ok()) return watcher.status();
@@ -481,10 +621,12 @@ absl::StatusOr<std::unique_ptr<HttpServer>> HttpServer::Start(HttpServerOptions 
 void HttpServer::Stop(std::chrono::milliseconds grace) {
   if (impl_->stopped) return;
   impl_->stopped = true;
+  impl_->stopping = true;
   net::post(impl_->ioc, [impl = impl_.get()] {
     beast::error_code ignored;
     impl->acceptor.close(ignored);
     impl->tls_timer.cancel();
+    impl->retry_timer.cancel();
   });
   // Answers whose last bytes are still being written (a drained request's final chunk and
   // [DONE]) get `grace` to go out; idle keep-alive connections do not hold it up.

@@ -8,6 +8,7 @@
 #include <string>
 
 #include "absl/status/statusor.h"
+#include "common/net/listener_stats.h"
 #include "coordinator/http/http_exchange.h"
 #include "coordinator/tls/tls_options.h"
 
@@ -23,8 +24,20 @@ struct HttpServerOptions {
   uint64_t max_body_bytes = 1 << 20;
   // SO_SNDBUF of every connection (0: the kernel's autotuning); see http_server.cc.
   int send_buffer_bytes = 256 << 10;
-  // A connection that sends no (complete) request for this long is closed.
-  int idle_timeout_seconds = 300;
+  // Connections open at once at most (the descriptor reserve of common/net/fd_budget.h
+  // applies on top); more are closed at accept.
+  int64_t max_connections = 4096;
+  // TLS: a connection that has not completed its handshake after this long is closed.
+  int handshake_timeout_seconds = 10;
+  // A request's headers must all arrive within this long of its first byte (of the
+  // connection, for its first request): a client that trickles them (slowloris) is closed.
+  int header_timeout_seconds = 10;
+  // Between requests, a keep-alive connection waits this long for the next one; a write
+  // that makes no progress for this long (a client that stopped reading) ends it too.
+  int idle_timeout_seconds = 60;
+  // A body must arrive at least this fast (bytes per second, averaged over the body; never
+  // less time than header_timeout_seconds): a client that trickles its body is closed.
+  int64_t min_body_bytes_per_second = 8192;
   // Enabled: HTTPS only, with the files reloaded when they change (new connections).
   tls::TlsFiles tls;
   // Called on the exchange's strand for every request read.
@@ -37,13 +50,18 @@ struct HttpServerOptions {
 // An HTTP/1.1 server on Boost.Beast: asynchronous reads and writes on an asio io_context,
 // one strand per connection, keep-alive, chunked streaming, and a watch on the socket
 // while a request runs, so a client that goes away is noticed even when nothing is being
-// written to it.
+// written to it. Hardened for a hostile network: a connection cap, the process's
+// descriptor reserve, deadlines for the TLS handshake, the headers and the body (by a
+// minimum rate), an idle timeout, shedding when the process is out of descriptors, and a
+// listening socket that is reopened if it fails.
 class HttpServer {
  public:
   static absl::StatusOr<std::unique_ptr<HttpServer>> Start(HttpServerOptions options);
   ~HttpServer();
 
   int port() const;
+  // Open connections, refusals and whether the port accepts (readiness, metrics).
+  const net::ListenerStats& stats() const;
   // Stops accepting, waits up to `grace` for requests in flight to be answered, and
   // stops the I/O threads; open connections are dropped when the server is destroyed.
   // Idempotent.

@@ -58,12 +58,22 @@ std::vector<std::string> StatFields(pid_t pid) {
   return fields;
 }
 
-// Whether the process still runs (a zombie waiting for init does not: it holds no port,
-// no memory and no file).
+// Whether the process still runs: one of its threads is not yet a zombie (a process whose
+// threads are all zombies waits only for init to reap it, holding no port and no file; its
+// main thread alone turns zombie while the others still tear down).
 bool Alive(const ProcessId& p) {
   const std::vector<std::string> f = StatFields(p.pid);
   unsigned long long start = 0;
-  return f.size() > 19 && f[0] != "Z" && f[0] != "X" && absl::SimpleAtoi(f[19], &start) && start == p.start_time;
+  if (f.size() <= 19 || !absl::SimpleAtoi(f[19], &start) || start != p.start_time) return false;
+  std::error_code ec;
+  for (const auto& task : std::filesystem::directory_iterator(absl::StrCat("/proc/", p.pid, "/task"), ec)) {
+    const std::string state = ReadAll(task.path() / "stat");
+    const size_t close = state.rfind(')');
+    if (close != std::string::npos && close + 2 < state.size() && state[close + 2] != 'Z' && state[close + 2] != 'X') {
+      return true;
+    }
+  }
+  return false;
 }
 
 // The live children of `parent`, found by scanning /proc for their ppid.
@@ -312,13 +322,20 @@ TEST(ServeSupervisionTest, KilledServeTakesItsChildrenAndLeavesNoFileBehind) {
     }
     return false;
   };
-  while (any_alive() && Clock::now() < deadline) std::this_thread::sleep_for(milliseconds(50));
+  const std::vector<int> serve_ports = {ports.api, ports.cluster, ports.metrics, ports.metrics + 1};
+  auto any_port_open = [&] {
+    for (const int port : serve_ports) {
+      if (Accepts(port)) return true;
+    }
+    return false;
+  };
+  while ((any_alive() || any_port_open()) && Clock::now() < deadline) std::this_thread::sleep_for(milliseconds(50));
   for (const ProcessId& p : children) {
     EXPECT_FALSE(Alive(p)) << "pid " << p.pid << " (" << ReadAll(absl::StrCat("/proc/", p.pid, "/cmdline"))
                            << ") outlived serve by 5 s";
   }
-  for (const int port : {ports.api, ports.cluster, ports.metrics, ports.metrics + 1}) {
-    EXPECT_FALSE(Accepts(port)) << "port " << port << " still accepts after serve died";
+  for (const int port : serve_ports) {
+    EXPECT_FALSE(Accepts(port)) << "port " << port << " still accepts 5 s after serve died";
   }
   const std::set<std::string> after = Entries(serve.tmpdir());
   EXPECT_EQ(after, before) << "serve's TMPDIR held " << Join(before) << " before and " << Join(after)
@@ -352,7 +369,8 @@ TEST(ServeSupervisionTest, ForwardedQueueLimitRefusesOverflowWithResourceExhaust
   TESSERA_REQUIRE_STORIES_MODEL();
   const Ports ports = PickPorts();
   ASSERT_NE(ports.api, 0);
-  Serve serve(ports, {"--insecure", "--max-num-seqs", "1", "--max-queued-requests", "64", "--drain-timeout-seconds", "5"},
+  Serve serve(ports,
+              {"--insecure", "--max-num-seqs", "1", "--max-queued-requests", "64", "--drain-timeout-seconds", "5"},
               ScratchDir("serve"));
   auto stub = Connect(ports.api, grpc::InsecureChannelCredentials(), serve);
   ASSERT_TRUE(ServesBy(*stub, serve, Clock::now() + seconds(120))) << serve.Log();

@@ -238,13 +238,12 @@ int ServeMain(int argc, char** argv) {
           return 1;
         }
       }
+      // Without --api-ca-out the CA is only in memory: its /proc path works for this user
+      // while serve runs.
       std::fprintf(stderr,
-                   "tessera serve: the APIs use TLS; clients trust %s (tessera generate --tls-ca, curl "
-                   "--cacert)\n",
-                   (api_ca_out.empty() ? absl::StrCat(pki_files->ca_cert.outside_path(),
-                                                      ", readable while serve runs; --api-ca-out FILE keeps a copy")
-                                       : api_ca_out)
-                       .c_str());
+                   "tessera serve: the APIs use TLS; clients trust %s (tessera generate --tls-ca, curl --cacert%s)\n",
+                   api_ca_out.empty() ? pki_files->ca_cert.outside_path().c_str() : api_ca_out.c_str(),
+                   api_ca_out.empty() ? "; readable while serve runs, --api-ca-out FILE keeps a copy" : "");
     }
     coordinator_cert = pki_files->coordinator_cert.child_path();
     coordinator_key = pki_files->coordinator_key.child_path();

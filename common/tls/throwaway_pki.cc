@@ -1,12 +1,10 @@
 #include "common/tls/throwaway_pki.h"
 
 #include <arpa/inet.h>
-#include <stdlib.h>
 
 #include <algorithm>
-#include <fstream>
+#include <tuple>
 
-#include "absl/strings/str_cat.h"
 #include "common/tls/cert_issuer.h"
 
 namespace tessera::tls {
@@ -19,18 +17,7 @@ bool IsIp(const std::string& name) {
 
 }  // namespace
 
-absl::StatusOr<ThrowawayPki> MakeThrowawayPki(const std::filesystem::path& parent,
-                                              const std::vector<std::string>& extra_names, int64_t validity_s) {
-  std::string dir = (parent / "tessera-cluster-pki-XXXXXX").string();
-  if (::mkdtemp(dir.data()) == nullptr) return absl::InternalError(absl::StrCat("cannot create ", dir));  // 0700.
-  ThrowawayPki pki;
-  pki.dir = dir;
-  pki.ca_cert = pki.dir / "ca.crt";
-  pki.coordinator_cert = pki.dir / "coordinator.crt";
-  pki.coordinator_key = pki.dir / "coordinator.key";
-  pki.worker_cert = pki.dir / "worker.crt";
-  pki.worker_key = pki.dir / "worker.key";
-
+absl::StatusOr<ThrowawayPki> MakeThrowawayPki(const std::vector<std::string>& extra_names, int64_t validity_s) {
   CertRequest ca_request;
   ca_request.common_name = "tessera serve cluster CA";
   ca_request.is_ca = true;
@@ -38,11 +25,9 @@ absl::StatusOr<ThrowawayPki> MakeThrowawayPki(const std::filesystem::path& paren
   ca_request.not_after_s = validity_s;
   absl::StatusOr<KeyAndCert> ca = IssueCert(ca_request, nullptr);
   if (!ca.ok()) return ca.status();
-  {
-    std::ofstream out(pki.ca_cert, std::ios::binary);
-    out << ca->cert_pem;
-    if (!out) return absl::InternalError(absl::StrCat("cannot write ", pki.ca_cert.string()));
-  }
+  ThrowawayPki pki;
+  pki.ca_cert = ca->cert_pem;
+
   CertRequest leaf;
   leaf.dns_names = {"localhost"};
   leaf.ip_addresses = {"127.0.0.1", "::1"};
@@ -52,16 +37,13 @@ absl::StatusOr<ThrowawayPki> MakeThrowawayPki(const std::filesystem::path& paren
   }
   leaf.not_before_s = -300;
   leaf.not_after_s = validity_s;
-  for (const auto& [cn, cert_path, key_path] :
-       {std::tuple{"tessera-coordinator", pki.coordinator_cert, pki.coordinator_key},
-        std::tuple{"tessera-worker", pki.worker_cert, pki.worker_key}}) {
+  for (const auto& [cn, cert, key] : {std::tuple{"tessera-coordinator", &pki.coordinator_cert, &pki.coordinator_key},
+                                      std::tuple{"tessera-worker", &pki.worker_cert, &pki.worker_key}}) {
     leaf.common_name = cn;
     absl::StatusOr<KeyAndCert> issued = IssueCert(leaf, &*ca);
     if (!issued.ok()) return issued.status();
-    if (absl::Status s = WritePrivateFile(key_path.string(), issued->key_pem); !s.ok()) return s;
-    std::ofstream out(cert_path, std::ios::binary);
-    out << issued->cert_pem;
-    if (!out) return absl::InternalError(absl::StrCat("cannot write ", cert_path.string()));
+    *cert = std::move(issued->cert_pem);
+    *key = std::move(issued->key_pem);
   }
   return pki;
 }

@@ -1,13 +1,15 @@
 // `tessera serve`: a coordinator and tp x replicas workers on this machine.
-#include <signal.h>
-#include <sys/wait.h>
 #include <fcntl.h>
 #include <unistd.h>
 
+#include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <csignal>
 #include <cstdio>
 #include <filesystem>
+#include <fstream>
+#include <optional>
 #include <string>
 #include <thread>
 #include <utility>
@@ -21,12 +23,17 @@
 #include "common/tls/cluster_security.h"
 #include "common/tls/throwaway_pki.h"
 #include "tools/tessera/commands.h"
+#include "tools/tessera/coordinator_limit_flags.h"
+#include "tools/tessera/memfd_file.h"
+#include "tools/tessera/process_supervisor.h"
 
 namespace tessera::cli {
 namespace {
 
-std::atomic<bool> g_stop{false};
-void OnSignal(int) { g_stop = true; }
+// SIGINT/SIGTERM received: the first stops the cluster, each later one is passed on to the
+// coordinator (cutting its drain short).
+std::atomic<int> g_stop_requests{0};
+void OnSignal(int) { g_stop_requests.fetch_add(1); }
 
 // The directory of the running executable: the coordinator and worker binaries sit beside it.
 std::filesystem::path SelfDir() {
@@ -35,48 +42,45 @@ std::filesystem::path SelfDir() {
   return ec ? std::filesystem::current_path() : exe.parent_path();
 }
 
-pid_t Spawn(const std::vector<std::string>& args) {
-  // Built before fork: between fork and exec the child may only make async-signal-safe
-  // calls, since a lock some other thread held (the allocator's) stays locked there.
-  std::vector<char*> argv;
-  for (const auto& a : args) argv.push_back(const_cast<char*>(a.c_str()));
-  argv.push_back(nullptr);
-  const std::string cannot_run = absl::StrCat("tessera serve: cannot run ", args[0], "\n");
-  const pid_t pid = ::fork();
-  if (pid == 0) {
-    ::setpgid(0, 0);  // Ctrl-C reaches us; we stop the children in order.
-    ::execv(argv[0], argv.data());
-    (void)!::write(STDERR_FILENO, cannot_run.data(), cannot_run.size());
-    ::_exit(127);
-  }
-  return pid;
-}
-
-// A fresh random join secret in a new mode-0600 file, so even the demo cluster admits only
-// the workers started here. The caller removes it.
-absl::StatusOr<std::filesystem::path> WriteJoinSecret() {
+// A fresh random join secret, so even the demo cluster admits only the workers started
+// here.
+absl::StatusOr<std::string> RandomJoinSecret() {
   std::string bytes(32, '\0');
   const int random = ::open("/dev/urandom", O_RDONLY | O_CLOEXEC);
   const bool read_all = random >= 0 && ::read(random, bytes.data(), bytes.size()) == static_cast<ssize_t>(bytes.size());
   if (random >= 0) ::close(random);
   if (!read_all) return absl::InternalError("cannot read /dev/urandom");
-  std::string path = (std::filesystem::temp_directory_path() / "tessera-join-secret-XXXXXX").string();
-  const int fd = ::mkstemp(path.data());  // Created 0600.
-  if (fd < 0) return absl::InternalError(absl::StrCat("cannot create ", path));
-  const std::string secret = absl::BytesToHexString(bytes) + "\n";
-  const bool written = ::write(fd, secret.data(), secret.size()) == static_cast<ssize_t>(secret.size());
-  ::close(fd);
-  if (!written) {
-    std::filesystem::remove(path);
-    return absl::InternalError(absl::StrCat("cannot write ", path));
+  return absl::BytesToHexString(bytes) + "\n";
+}
+
+// The throwaway cluster PKI as memfds the children inherit (see MemfdFile).
+struct PkiFiles {
+  MemfdFile ca_cert, coordinator_cert, coordinator_key, worker_cert, worker_key;
+};
+
+absl::StatusOr<PkiFiles> PkiInMemory(const tls::ThrowawayPki& pki) {
+  std::vector<MemfdFile> files;
+  for (const auto& [name, pem] : {std::pair<const char*, const std::string*>{"tessera-ca.crt", &pki.ca_cert},
+                                  {"tessera-coordinator.crt", &pki.coordinator_cert},
+                                  {"tessera-coordinator.key", &pki.coordinator_key},
+                                  {"tessera-worker.crt", &pki.worker_cert},
+                                  {"tessera-worker.key", &pki.worker_key}}) {
+    absl::StatusOr<MemfdFile> file = MemfdFile::Create(name, *pem);
+    if (!file.ok()) return file.status();
+    files.push_back(*std::move(file));
   }
-  return std::filesystem::path(path);
+  return PkiFiles{std::move(files[0]), std::move(files[1]), std::move(files[2]), std::move(files[3]),
+                  std::move(files[4])};
 }
 
 // How long the throwaway cluster certificates stay valid: short, since they are thrown
 // away when serve stops, yet longer than any sensible run of a local launcher (new
 // connections after expiry would fail).
 constexpr int64_t kThrowawayCertValiditySeconds = 30 * 24 * 3600;
+
+// The coordinator's --drain-timeout-seconds when serve is not given one: only how long
+// serve waits for it to stop, never passed on.
+constexpr int64_t kCoordinatorDefaultDrainSeconds = 30;
 
 // The cluster-TLS flags of one process: its own certificate and key, the shared CA.
 std::vector<std::string> ClusterFlags(const tls::ClusterSecurity& s, const std::string& cert, const std::string& key) {
@@ -95,8 +99,12 @@ int ServeMain(int argc, char** argv) {
   int64_t max_num_seqs = 256, block_size = 16, max_num_batched_tokens = 2048, metrics_port = 9400;
   FlagSet flags("tessera serve",
                 "Starts a coordinator and tp x replicas workers on this machine and stops them\n"
-                "all on Ctrl-C (SIGINT) or SIGTERM. Clients connect to --port (gRPC) or --http-port\n"
-                "(OpenAI-compatible HTTP).");
+                "all on Ctrl-C (SIGINT) or SIGTERM: the coordinator drains first (a second signal\n"
+                "cuts the drain short), exit 0. A worker that dies is logged and restarted with the\n"
+                "same flags (backoff 0.5 s doubling to 30 s); if the coordinator dies, serve stops\n"
+                "the workers and exits 1; if serve dies, its children die with it. Secrets (cluster\n"
+                "keys, the join secret) live in memory only. Clients connect to --port (gRPC) or\n"
+                "--http-port (OpenAI-compatible HTTP).");
   flags.String("model", &model, "Model folder.");
   std::string tls_cert, tls_key, tls_client_ca;
   flags.String("tls-cert", &tls_cert,
@@ -146,8 +154,8 @@ int ServeMain(int argc, char** argv) {
   tls::ClusterSecurity cluster;
   flags.Bool("insecure", &cluster.insecure,
              "Plaintext everywhere: the gRPC and HTTP APIs and the cluster traffic between the coordinator and the "
-             "workers. By default serve makes a throwaway CA and certificates (in a private temporary folder, "
-             "removed on exit): TLS on the APIs and mutual TLS inside the cluster.");
+             "workers. By default serve makes a throwaway CA and certificates, held in memory only (memfds the "
+             "children inherit, never on disk): TLS on the APIs and mutual TLS inside the cluster.");
   flags.String("cluster-ca", &cluster.ca_file,
                "Use this cluster CA instead of a throwaway one (with --cluster-cert and --cluster-key, shared by the "
                "coordinator and every worker).");
@@ -155,6 +163,8 @@ int ServeMain(int argc, char** argv) {
   flags.String("cluster-key", &cluster.key_file, "PEM private key of --cluster-cert.");
   flags.String("cluster-server-name", &cluster.server_name,
                "Name the cluster certificates carry, checked instead of 127.0.0.1 (with --cluster-cert).");
+  CoordinatorLimitFlags limits;
+  limits.Register(flags);
   if (auto s = flags.Parse(argc, argv); !s.ok()) {
     std::fprintf(stderr, "tessera serve: %s\n", std::string(s.message()).c_str());
     return 1;
@@ -183,12 +193,20 @@ int ServeMain(int argc, char** argv) {
       return 1;
     }
   }
+  if (auto s = limits.Validate(); !s.ok()) {
+    std::fprintf(stderr, "tessera serve: %s\n", std::string(s.message()).c_str());
+    return 1;
+  }
   if (cluster_port == 0) cluster_port = port + 1;
   const int workers = static_cast<int>(tp * replicas);
   if (threads == 0) threads = std::max<int64_t>(1, std::thread::hardware_concurrency() / workers);
   const std::filesystem::path dir = SelfDir();
 
-  auto join_secret = WriteJoinSecret();
+  // Secrets live only in memfds that the children inherit: nothing to clean up, so
+  // nothing is left behind even when serve is SIGKILLed.
+  absl::StatusOr<std::string> secret = RandomJoinSecret();
+  absl::StatusOr<MemfdFile> join_secret =
+      secret.ok() ? MemfdFile::Create("tessera-join-secret", *secret) : absl::StatusOr<MemfdFile>(secret.status());
   if (!join_secret.ok()) {
     std::fprintf(stderr, "tessera serve: join secret: %s\n", std::string(join_secret.status().message()).c_str());
     return 1;
@@ -196,45 +214,47 @@ int ServeMain(int argc, char** argv) {
   // Mutual TLS by default, under a CA that lives only as long as this run.
   std::string coordinator_cert = cluster.cert_file, coordinator_key = cluster.key_file;
   std::string worker_cert = cluster.cert_file, worker_key = cluster.key_file;
-  std::filesystem::path pki_dir;
+  std::optional<PkiFiles> pki_files;
   if (!cluster.insecure && !cluster.tls()) {
-    auto pki = tls::MakeThrowawayPki(std::filesystem::temp_directory_path(), {host}, kThrowawayCertValiditySeconds);
-    if (!pki.ok()) {
-      std::fprintf(stderr, "tessera serve: cluster certificates: %s\n", std::string(pki.status().message()).c_str());
-      std::filesystem::remove(*join_secret);
+    auto pki = tls::MakeThrowawayPki({host}, kThrowawayCertValiditySeconds);
+    absl::StatusOr<PkiFiles> files = pki.ok() ? PkiInMemory(*pki) : absl::StatusOr<PkiFiles>(pki.status());
+    if (!files.ok()) {
+      std::fprintf(stderr, "tessera serve: cluster certificates: %s\n", std::string(files.status().message()).c_str());
       return 1;
     }
-    pki_dir = pki->dir;
-    cluster.ca_file = pki->ca_cert.string();
+    pki_files = *std::move(files);
+    cluster.ca_file = pki_files->ca_cert.child_path();
     if (tls_cert.empty() && tls_key.empty()) {
       // The coordinator's certificate names localhost, 127.0.0.1, ::1 and --host: it
       // serves the public APIs as well.
-      tls_cert = pki->coordinator_cert.string();
-      tls_key = pki->coordinator_key.string();
-      std::error_code error;
-      if (!api_ca_out.empty() &&
-          !std::filesystem::copy_file(pki->ca_cert, api_ca_out,
-                                      std::filesystem::copy_options::overwrite_existing, error)) {
-        std::fprintf(stderr, "tessera serve: --api-ca-out %s: %s\n", api_ca_out.c_str(),
-                     error.message().c_str());
-        std::filesystem::remove_all(pki_dir);
-        std::filesystem::remove(*join_secret);
-        return 1;
+      tls_cert = pki_files->coordinator_cert.child_path();
+      tls_key = pki_files->coordinator_key.child_path();
+      if (!api_ca_out.empty()) {
+        // The one file serve writes: a public certificate the user asked for.
+        std::ofstream out(api_ca_out, std::ios::binary | std::ios::trunc);
+        out << pki->ca_cert;
+        if (!out.flush()) {
+          std::fprintf(stderr, "tessera serve: --api-ca-out %s: cannot write it\n", api_ca_out.c_str());
+          return 1;
+        }
       }
+      // Without --api-ca-out the CA is only in memory: its /proc path works for this user
+      // while serve runs.
       std::fprintf(stderr,
-                   "tessera serve: the APIs use TLS; clients trust %s (tessera generate --tls-ca, curl "
-                   "--cacert)\n",
-                   (api_ca_out.empty() ? pki->ca_cert.string() : api_ca_out).c_str());
+                   "tessera serve: the APIs use TLS; clients trust %s (tessera generate --tls-ca, curl --cacert%s)\n",
+                   api_ca_out.empty() ? pki_files->ca_cert.outside_path().c_str() : api_ca_out.c_str(),
+                   api_ca_out.empty() ? "; readable while serve runs, --api-ca-out FILE keeps a copy" : "");
     }
-    coordinator_cert = pki->coordinator_cert.string();
-    coordinator_key = pki->coordinator_key.string();
-    worker_cert = pki->worker_cert.string();
-    worker_key = pki->worker_key.string();
-    std::fprintf(stderr, "tessera serve: cluster traffic uses mutual TLS (throwaway CA in %s)\n", pki_dir.c_str());
+    coordinator_cert = pki_files->coordinator_cert.child_path();
+    coordinator_key = pki_files->coordinator_key.child_path();
+    worker_cert = pki_files->worker_cert.child_path();
+    worker_key = pki_files->worker_key.child_path();
+    std::fprintf(stderr,
+                 "tessera serve: cluster traffic uses mutual TLS (a throwaway CA; its certificates and keys are "
+                 "held in memory only, never on disk)\n");
   }
   std::signal(SIGINT, OnSignal);
   std::signal(SIGTERM, OnSignal);
-  std::vector<pid_t> children;
   std::vector<std::string> coordinator_args = {(dir / "tessera-coordinator").string(), "--model", model, "--host", host,
                             "--port", absl::StrCat(port), "--cluster-port", absl::StrCat(cluster_port),
                             "--store-port", absl::StrCat(store_port), "--tp", absl::StrCat(tp), "--replicas", absl::StrCat(replicas),
@@ -245,7 +265,7 @@ int ServeMain(int argc, char** argv) {
                             "--quantization", quantization, "--kv-cache-dtype", kv_cache_dtype,
                             "--metrics-port", absl::StrCat(metrics_port), "--http-port", absl::StrCat(http_port),
                             absl::StrCat("--served-model-name=", served_model_name),
-                            "--join-secret-file", join_secret->string()};
+                            "--join-secret-file", join_secret->child_path()};
   if (!api_keys_file.empty()) {
     coordinator_args.push_back("--api-keys-file");
     coordinator_args.push_back(api_keys_file);
@@ -268,46 +288,34 @@ int ServeMain(int argc, char** argv) {
   for (std::string& flag : ClusterFlags(cluster, coordinator_cert, coordinator_key)) {
     coordinator_args.push_back(std::move(flag));
   }
-  children.push_back(Spawn(coordinator_args));
+  for (std::string& flag : limits.Args()) coordinator_args.push_back(std::move(flag));
+  std::vector<std::vector<std::string>> worker_args;
   for (int w = 0; w < workers; ++w) {
-    std::vector<std::string> worker_args = {(dir / "tessera-worker").string(), "--coordinator",
-                                            absl::StrCat("127.0.0.1:", cluster_port), "--join-secret-file",
-                                            join_secret->string(), "--threads", absl::StrCat(threads),
-                                            "--device", device == "cuda" ? absl::StrCat("cuda:", w) : device,
-                                            "--rank-hint", absl::StrCat(w % tp), "--metrics-port",
-                                            absl::StrCat(metrics_port > 0 ? metrics_port + 1 + w : 0)};
-    for (std::string& flag : ClusterFlags(cluster, worker_cert, worker_key)) worker_args.push_back(std::move(flag));
-    children.push_back(Spawn(worker_args));
+    std::vector<std::string> args = {(dir / "tessera-worker").string(), "--coordinator",
+                                     absl::StrCat("127.0.0.1:", cluster_port), "--join-secret-file",
+                                     join_secret->child_path(), "--threads", absl::StrCat(threads),
+                                     "--device", device == "cuda" ? absl::StrCat("cuda:", w) : device,
+                                     "--rank-hint", absl::StrCat(w % tp), "--metrics-port",
+                                     absl::StrCat(metrics_port > 0 ? metrics_port + 1 + w : 0)};
+    for (std::string& flag : ClusterFlags(cluster, worker_cert, worker_key)) args.push_back(std::move(flag));
+    worker_args.push_back(std::move(args));
   }
-  // Run until a signal, or until the coordinator exits.
-  int status = 0;
-  while (!g_stop) {
-    const pid_t done = ::waitpid(children[0], &status, WNOHANG);
-    if (done == children[0]) {
-      children[0] = -1;
-      break;
-    }
-    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  ProcessSupervisor supervisor(std::move(coordinator_args), std::move(worker_args));
+  if (absl::Status s = supervisor.Start(); !s.ok()) {
+    std::fprintf(stderr, "tessera serve: %s\n", std::string(s.message()).c_str());
+    return 1;
   }
-  // Coordinator first (it drains), then the workers.
-  for (pid_t pid : children) {
-    if (pid > 0) ::kill(pid, SIGTERM);
+  const bool stop_requested = supervisor.Supervise(g_stop_requests);
+  if (!stop_requested) std::fprintf(stderr, "tessera serve: the coordinator died; stopping the workers\n");
+  // The coordinator drains for up to its --drain-timeout-seconds; a margin past that
+  // before SIGKILL.
+  const int64_t drain_s = limits.IntValue("drain-timeout-seconds").value_or(kCoordinatorDefaultDrainSeconds);
+  supervisor.Stop(g_stop_requests, std::chrono::seconds(std::max<int64_t>(drain_s, 0) + 15), std::chrono::seconds(10));
+  // The memfds (and with them every secret) go as this process exits.
+  if (!stop_requested) {
+    std::fprintf(stderr, "tessera serve: stopped because the coordinator died\n");
+    return 1;
   }
-  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
-  for (pid_t pid : children) {
-    if (pid <= 0) continue;
-    while (::waitpid(pid, nullptr, WNOHANG) == 0) {
-      if (std::chrono::steady_clock::now() > deadline) {
-        ::kill(pid, SIGKILL);
-        ::waitpid(pid, nullptr, 0);
-        break;
-      }
-      std::this_thread::sleep_for(std::chrono::milliseconds(50));
-    }
-  }
-  std::error_code ignored;
-  std::filesystem::remove(*join_secret, ignored);
-  if (!pki_dir.empty()) std::filesystem::remove_all(pki_dir, ignored);
   std::fprintf(stderr, "tessera serve: stopped\n");
   return 0;
 }

@@ -120,6 +120,15 @@ int main(int argc, char** argv) {
   flags.Int("max-input-bytes", &max_input_bytes,
             "Largest text (prompt text, Tokenize text) accepted, in bytes, checked before tokenizing "
             "(0: 16 bytes per context token, at most 64 MiB).");
+  int64_t max_inflight_input_bytes = 0;
+  flags.Int("max-inflight-input-bytes", &max_inflight_input_bytes,
+            "Bytes of input text being tokenized at once over all requests (Tokenize, Generate text and messages, "
+            "HTTP completions and chat); a request beyond it is refused at once with RESOURCE_EXHAUSTED (HTTP 429) "
+            "(0: 64 MiB, or --max-input-bytes when that is larger; at least --max-input-bytes).");
+  std::string chat_special_tokens = "parse";
+  flags.String("chat-special-tokens", &chat_special_tokens,
+               "Special-token text (\"<|im_end|>\", \"</s>\") written inside chat messages: parse (the special "
+               "tokens, as Hugging Face and vLLM do) or plain (ordinary text; the template's own stay special).");
   flags.Int("max-concurrent-streams", &max_concurrent_streams,
             "Generate and GenerateStream calls served at once; more get RESOURCE_EXHAUSTED. Also bounds "
             "the API's threads (gRPC's synchronous server uses one per call). The HTTP API counts its "
@@ -324,6 +333,16 @@ int main(int argc, char** argv) {
     return Fail(absl::StrCat("--max-input-bytes must be in [0, ", kMaxInputBytesCap, "], got ", max_input_bytes));
   }
   limits.max_input_bytes = max_input_bytes > 0 ? max_input_bytes : std::min<int64_t>(int64_t{context} * 16, kMaxInputBytesCap);
+  if (max_inflight_input_bytes == 0) max_inflight_input_bytes = std::max<int64_t>(int64_t{64} << 20, limits.max_input_bytes);
+  if (max_inflight_input_bytes < limits.max_input_bytes) {
+    return Fail(absl::StrCat("--max-inflight-input-bytes must be at least --max-input-bytes (", limits.max_input_bytes,
+                             "), got ", max_inflight_input_bytes));
+  }
+  limits.input_budget = std::make_shared<tessera::InputBudget>(max_inflight_input_bytes);
+  if (chat_special_tokens != "parse" && chat_special_tokens != "plain") {
+    return Fail(absl::StrCat("--chat-special-tokens must be parse or plain, got ", chat_special_tokens));
+  }
+  limits.chat_plain_special_tokens = chat_special_tokens == "plain";
   if (max_concurrent_streams < 1 || max_undelivered_tokens < 1) {
     return Fail(absl::StrCat("--max-concurrent-streams and --max-undelivered-tokens must be positive, got ",
                              max_concurrent_streams, " and ", max_undelivered_tokens));

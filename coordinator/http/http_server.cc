@@ -197,6 +197,7 @@ class Session final : public HttpExchange, public std::enable_shared_from_this<S
     request_.path = std::string(target.substr(0, target.find('?')));
     request_.body = std::move(msg.body());
     request_.authorization = std::string(msg[bhttp::field::authorization]);
+    request_.content_type = std::string(msg[bhttp::field::content_type]);
     keep_alive_ = msg.keep_alive();
     SetInExchange(true);
     started_ = false;

@@ -125,6 +125,7 @@ TEST(InputLimitsTest, HttpJsonShapeAndContentType) {
   ASSERT_NE(cluster, nullptr);
   const pid_t pid = cluster->coordinator().pid;
   const std::string completion = R"({"prompt": "Once upon a time", "max_tokens": 4})";
+  for (int i = 0; i < 100 && !Accepts(http_port); ++i) std::this_thread::sleep_for(std::chrono::milliseconds(100));
   ASSERT_EQ(HttpRequest(http_port, "POST", "/v1/completions", completion, "", 60).status, 200);
   const uint64_t start_rss = ProcStatusBytes(pid, "VmRSS");
 

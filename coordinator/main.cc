@@ -4,6 +4,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <memory>
+#include <optional>
 #include <string>
 #include <thread>
 #include <vector>
@@ -20,6 +21,9 @@
 #include "common/metrics/http_server.h"
 #include "common/metrics/process_collector.h"
 #include "common/model_config.h"
+#include "common/net/connection_limits.h"
+#include "common/net/grpc_listener.h"
+#include "common/net/listener_collector.h"
 #include "common/speculative_options.h"
 #include "common/chat_template/chat_template.h"
 #include "common/checkpoint_quantization.h"
@@ -120,6 +124,15 @@ int main(int argc, char** argv) {
   flags.Int("max-input-bytes", &max_input_bytes,
             "Largest text (prompt text, Tokenize text) accepted, in bytes, checked before tokenizing "
             "(0: 16 bytes per context token, at most 64 MiB).");
+  int64_t max_inflight_input_bytes = 0;
+  flags.Int("max-inflight-input-bytes", &max_inflight_input_bytes,
+            "Bytes of input text being tokenized at once over all requests (Tokenize, Generate text and messages, "
+            "HTTP completions and chat); a request beyond it is refused at once with RESOURCE_EXHAUSTED (HTTP 429) "
+            "(0: 64 MiB, or --max-input-bytes when that is larger; at least --max-input-bytes).");
+  std::string chat_special_tokens = "parse";
+  flags.String("chat-special-tokens", &chat_special_tokens,
+               "Special-token text (\"<|im_end|>\", \"</s>\") written inside chat messages: parse (the special "
+               "tokens, as Hugging Face and vLLM do) or plain (ordinary text; the template's own stay special).");
   flags.Int("max-concurrent-streams", &max_concurrent_streams,
             "Generate and GenerateStream calls served at once; more get RESOURCE_EXHAUSTED. Also bounds "
             "the API's threads (gRPC's synchronous server uses one per call). The HTTP API counts its "
@@ -137,6 +150,8 @@ int main(int argc, char** argv) {
   flags.Int("priority-aging", &priority_aging,
             "--policy=priority: later arrivals one priority level is worth, so a low priority waits behind at most "
             "this many per level (0: strict priority, which can starve low priorities).");
+  tessera::net::ConnectionLimits connection_limits;
+  connection_limits.AddFlags(flags);
   int64_t drain_timeout_seconds = 30;
   flags.Int("drain-timeout-seconds", &drain_timeout_seconds,
             "On SIGTERM: refuse new requests and let running ones finish for at most this long, then exit.");
@@ -188,6 +203,11 @@ int main(int argc, char** argv) {
   }
   if (tp < 1 || replicas < 1) return Fail(absl::StrCat("--tp and --replicas must be positive, got ", tp, " and ", replicas));
   if (policy != "fcfs" && policy != "priority") return Fail(absl::StrCat("--policy must be fcfs or priority, got ", policy));
+  if (auto s = connection_limits.Validate(); !s.ok()) return Fail(std::string(s.message()));
+  // Before any socket or file is opened: the limit is raised and the reserve set aside.
+  const tessera::net::FdBudget fd_budget = tessera::net::ConfigureFdBudget(connection_limits.fd_reserve);
+  const tessera::net::ConnectionLimits::Caps connection_caps = connection_limits.CapsUnder(fd_budget);
+  tessera::net::LogConnectionCaps(fd_budget, connection_caps);
 
   auto config = tessera::ModelConfig::Load(model);
   if (!config.ok()) return Fail(std::string(config.status().message()));
@@ -324,6 +344,16 @@ int main(int argc, char** argv) {
     return Fail(absl::StrCat("--max-input-bytes must be in [0, ", kMaxInputBytesCap, "], got ", max_input_bytes));
   }
   limits.max_input_bytes = max_input_bytes > 0 ? max_input_bytes : std::min<int64_t>(int64_t{context} * 16, kMaxInputBytesCap);
+  if (max_inflight_input_bytes == 0) max_inflight_input_bytes = std::max<int64_t>(int64_t{64} << 20, limits.max_input_bytes);
+  if (max_inflight_input_bytes < limits.max_input_bytes) {
+    return Fail(absl::StrCat("--max-inflight-input-bytes must be at least --max-input-bytes (", limits.max_input_bytes,
+                             "), got ", max_inflight_input_bytes));
+  }
+  limits.input_budget = std::make_shared<tessera::InputBudget>(max_inflight_input_bytes);
+  if (chat_special_tokens != "parse" && chat_special_tokens != "plain") {
+    return Fail(absl::StrCat("--chat-special-tokens must be parse or plain, got ", chat_special_tokens));
+  }
+  limits.chat_plain_special_tokens = chat_special_tokens == "plain";
   if (max_concurrent_streams < 1 || max_undelivered_tokens < 1) {
     return Fail(absl::StrCat("--max-concurrent-streams and --max-undelivered-tokens must be positive, got ",
                              max_concurrent_streams, " and ", max_undelivered_tokens));
@@ -354,9 +384,18 @@ int main(int argc, char** argv) {
   grpc::EnableDefaultHealthCheckService(true);
   grpc::reflection::InitProtoReflectionServerBuilderPlugin();
   grpc::ServerBuilder public_builder;
-  int bound_port = 0;
-  public_builder.AddListeningPort(absl::StrCat(host, ":", port), tessera::tls::PublicServerCredentials(tls_files),
-                                  &bound_port);
+  // Our own accept loop instead of AddListeningPort: see common/net/grpc_listener.h.
+  auto public_listener = tessera::net::GrpcListener::Bind(
+      {"grpc", host, static_cast<int>(port), connection_caps.grpc});
+  if (!public_listener.ok()) return Fail(std::string(public_listener.status().message()));
+  (*public_listener)->AddTo(public_builder, tessera::tls::PublicServerCredentials(tls_files));
+  const int bound_port = (*public_listener)->port();
+  // Connections that never finish their handshake, and idle ones, give their descriptor
+  // back (gRPC's defaults: 120 s, never).
+  public_builder.AddChannelArgument(GRPC_ARG_SERVER_HANDSHAKE_TIMEOUT_MS,
+                                    static_cast<int>(connection_limits.handshake_timeout_seconds * 1000));
+  public_builder.AddChannelArgument(GRPC_ARG_MAX_CONNECTION_IDLE_MS,
+                                    static_cast<int>(connection_limits.idle_timeout_seconds * 1000));
   public_builder.RegisterService(&api);
   // Sized on purpose: the largest text allowed, or a full context of token ids at 10 bytes
   // each (a negative int32 varint), plus room for the other fields. A bigger message is
@@ -376,17 +415,27 @@ int main(int argc, char** argv) {
   public_builder.experimental().SetInterceptorCreators(std::move(interceptors));
   tessera::RateLimitProtobufLogging();
   auto public_server = public_builder.BuildAndStart();
-  if (public_server == nullptr || bound_port == 0) return Fail(absl::StrCat("cannot listen on ", host, ":", port));
+  if (public_server == nullptr) return Fail(absl::StrCat("cannot start the gRPC API on ", host, ":", port));
+  (*public_listener)->Start();
 
   grpc::ServerBuilder cluster_builder;
-  int bound_cluster_port = 0;
-  cluster_builder.AddListeningPort(absl::StrCat(cluster_host, ":", cluster_port),
-                                   tessera::tls::ClusterServerCredentials(cluster_security), &bound_cluster_port);
+  auto cluster_listener = tessera::net::GrpcListener::Bind(
+      {"cluster", cluster_host, static_cast<int>(cluster_port), connection_caps.cluster});
+  if (!cluster_listener.ok()) return Fail(std::string(cluster_listener.status().message()));
+  (*cluster_listener)->AddTo(cluster_builder, tessera::tls::ClusterServerCredentials(cluster_security));
+  const int bound_cluster_port = (*cluster_listener)->port();
+  cluster_builder.AddChannelArgument(GRPC_ARG_SERVER_HANDSHAKE_TIMEOUT_MS,
+                                     static_cast<int>(connection_limits.handshake_timeout_seconds * 1000));
   cluster_builder.RegisterService(cluster->get());
   auto cluster_server = cluster_builder.BuildAndStart();
-  if (cluster_server == nullptr || bound_cluster_port == 0) {
-    return Fail(absl::StrCat("cannot listen on ", cluster_host, ":", cluster_port));
+  if (cluster_server == nullptr) {
+    return Fail(absl::StrCat("cannot start the cluster port on ", cluster_host, ":", cluster_port));
   }
+  (*cluster_listener)->Start();
+  metrics.readiness().WatchListener(&(*public_listener)->stats());
+  metrics.readiness().WatchListener(&(*cluster_listener)->stats());
+  std::vector<const tessera::net::ListenerStats*> listener_stats = {&(*public_listener)->stats(),
+                                                                    &(*cluster_listener)->stats()};
   std::fprintf(stderr, "tessera-coordinator: API on %s:%d%s, workers register on %s:%d%s (tp=%lld, replicas=%lld)\n",
                host.c_str(), bound_port, tls_files.enabled() ? " (TLS)" : " (plaintext)", cluster_host.c_str(), bound_cluster_port,
                cluster_security.insecure ? " (plaintext, --insecure)" : " (mutual TLS)",
@@ -420,6 +469,11 @@ int main(int argc, char** argv) {
     ho.tls = tls_files;
     // A JSON body holds the prompt (or a full context of token ids) plus the other fields.
     ho.max_body_bytes = static_cast<uint64_t>(max_message);
+    ho.max_connections = connection_caps.http;
+    ho.handshake_timeout_seconds = static_cast<int>(connection_limits.handshake_timeout_seconds);
+    ho.header_timeout_seconds = static_cast<int>(connection_limits.header_timeout_seconds);
+    ho.idle_timeout_seconds = static_cast<int>(connection_limits.idle_timeout_seconds);
+    ho.min_body_bytes_per_second = connection_limits.min_request_bytes_per_second;
     ho.handler = [router = openai_router.get(), keys = api_keys.get(),
                   metrics = &metrics](std::shared_ptr<tessera::http::HttpExchange> ex) {
       if (!tessera::http::Authorize(keys, metrics, *ex)) return;
@@ -435,18 +489,21 @@ int main(int argc, char** argv) {
     auto started = tessera::http::HttpServer::Start(std::move(ho));
     if (!started.ok()) return Fail(std::string(started.status().message()));
     http_server = std::move(*started);
+    metrics.readiness().WatchListener(&http_server->stats());
+    listener_stats.push_back(&http_server->stats());
     std::fprintf(stderr, "tessera-coordinator: OpenAI-compatible HTTP API on %s://%s:%d/v1 (model \"%s\"%s)\n",
                  tls_files.enabled() ? "https" : "http", (http_host.empty() ? host : http_host).c_str(), http_server->port(), openai.served_model.c_str(),
                  chat_template != nullptr ? ", chat template loaded" : ", no chat template");
   }
 
   auto process = std::make_shared<tessera::ProcessCollector>();
+  auto listener_collector = std::make_shared<tessera::net::ListenerCollector>(listener_stats);
   std::unique_ptr<tessera::MetricsHttpServer> metrics_server;
   if (metrics_port > 0) {
     tessera::MetricsHttpOptions mo;
     mo.host = metrics_host.empty() ? host : metrics_host;
     mo.port = static_cast<int>(metrics_port);
-    mo.collectables = {metrics.registry(), process};
+    mo.collectables = {metrics.registry(), process, listener_collector};
     mo.checks["/healthz"] = [&metrics] { return metrics.readiness().Live(); };
     mo.checks["/readyz"] = [&metrics, &engine]() -> tessera::HealthResult {
       if (engine.draining()) return tessera::HealthResult{false, "draining: shutting down"};
@@ -469,6 +526,11 @@ int main(int argc, char** argv) {
   auto* health = public_server->GetHealthCheckService();
   bool serving = false;
   health->SetServingStatus(false);
+  // A listener that cannot reopen its socket for this long ends the process (exit 1), so
+  // Kubernetes or `tessera serve` restarts it rather than leaving a half-dead server.
+  constexpr auto kDeadListenerLimit = std::chrono::seconds(30);
+  std::optional<std::chrono::steady_clock::time_point> listener_dead_since;
+  int exit_code = 0;
   while (!g_stop) {
     // gRPC health follows the same readiness as /readyz.
     const bool now = metrics.readiness().Ready().ok;
@@ -476,6 +538,18 @@ int main(int argc, char** argv) {
       health->SetServingStatus(now);
       health->SetServingStatus("tessera.v1.Generation", now);
       serving = now;
+    }
+    const bool all_accepting = std::all_of(listener_stats.begin(), listener_stats.end(),
+                                           [](const tessera::net::ListenerStats* l) { return l->accepting.load(); });
+    if (all_accepting) {
+      listener_dead_since.reset();
+    } else if (!listener_dead_since) {
+      listener_dead_since = std::chrono::steady_clock::now();
+    } else if (std::chrono::steady_clock::now() - *listener_dead_since > kDeadListenerLimit) {
+      tessera::Log(tessera::LogLevel::kError, "tessera-coordinator",
+                   "a listening port could not be reopened for 30 s; exiting so that the process is restarted");
+      exit_code = 1;
+      break;
     }
     std::this_thread::sleep_for(std::chrono::milliseconds(50));
   }
@@ -496,13 +570,15 @@ int main(int argc, char** argv) {
   }
   // The grace lets handlers (which poll every 20 ms) write the final message of requests
   // that just finished; idle client connections would otherwise hold it to the end.
+  (*public_listener)->Stop();
   public_server->Shutdown(std::chrono::system_clock::now() + std::chrono::milliseconds(500));
   // Stopped, not destroyed: the engine's last events still post to its connections. The
   // grace is the gRPC server's: the final chunks of requests that just finished go out.
   if (http_server != nullptr) http_server->Stop(std::chrono::milliseconds(500));
+  (*cluster_listener)->Stop();
   cluster_server->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(1));
   engine.Stop();
   http_server.reset();
   metrics_server.reset();
-  return 0;
+  return exit_code;
 }

@@ -8,9 +8,11 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <chrono>
 #include <cstring>
 
 #include "absl/strings/str_cat.h"
+#include "common/net/fd_budget.h"
 #include "prometheus/text_serializer.h"
 
 namespace tessera {
@@ -94,7 +96,18 @@ void MetricsHttpServer::Loop() {
     // A short poll so the destructor never waits long for the thread.
     if (::poll(&p, 1, 100) <= 0) continue;
     const int fd = ::accept4(listen_fd_, nullptr, nullptr, SOCK_CLOEXEC);
-    if (fd < 0) continue;
+    if (fd < 0) {
+      // Out of descriptors, the pending connection keeps the socket readable: shed it
+      // rather than spin on poll().
+      if (net::IsOutOfDescriptors(errno) && !net::ShedOnePendingConnection(listen_fd_)) {
+        std::this_thread::sleep_for(std::chrono::milliseconds(50));
+      }
+      continue;
+    }
+    if (net::InFdReserve(fd)) {
+      ::close(fd);
+      continue;
+    }
     // A client that stalls holds the (single) server thread for at most this long.
     timeval timeout{1, 0};
     ::setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &timeout, sizeof(timeout));
@@ -107,7 +120,11 @@ void MetricsHttpServer::Loop() {
 void MetricsHttpServer::Serve(int fd) {
   std::string request;
   char buf[2048];
+  // One deadline for the whole request: a byte a second would otherwise pass every recv's
+  // timeout and hold the one server thread (and so /readyz) forever.
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(2);
   while (request.find("\r\n\r\n") == std::string::npos && request.find("\n\n") == std::string::npos) {
+    if (std::chrono::steady_clock::now() > deadline) return;
     const ssize_t n = ::recv(fd, buf, sizeof(buf), 0);
     if (n <= 0) return;
     request.append(buf, static_cast<size_t>(n));

@@ -1,5 +1,6 @@
 #include "common/net/grpc_listener.h"
 
+#include <fcntl.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <poll.h>
@@ -14,7 +15,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/logging.h"
-#include "common/memory_release.h"
+#include "common/memory_releaser.h"
 #include "common/net/fd_budget.h"
 #include "common/rendezvous/socket_util.h"
 
@@ -25,6 +26,8 @@ absl::StatusOr<int> OpenListeningSocket(const std::string& host, int port, int* 
   auto fd = comm_internal::ListenTcp(host, port, bound_port);
   if (!fd.ok()) return fd.status();
   const int raw = fd->release();
+  // Non-blocking: the loop accepts until EAGAIN.
+  ::fcntl(raw, F_SETFL, ::fcntl(raw, F_GETFL) | O_NONBLOCK);
   // A deep backlog: a flood waits in the kernel (costing no descriptor) while we shed.
   ::listen(raw, SOMAXCONN);
   return raw;
@@ -170,7 +173,7 @@ void GrpcListener::Sweep() {
   }
   stats_.open_connections = static_cast<int64_t>(connections_.size());
   // Many closed at once (a flood ended): give their buffers back to the system.
-  if (closed >= 64) ReleaseFreedMemorySoon();
+  if (closed >= 64) MemoryReleaser::Get().RequestTrim();
 }
 
 void GrpcListener::Reopen() {

@@ -189,7 +189,7 @@ std::vector<int32_t> ByteLevelBpeTokenizer::Encode(absl::string_view text,
   if (options.add_special_tokens) {
     ids.insert(ids.end(), specials_.prefix_ids.begin(), specials_.prefix_ids.end());
   }
-  for (const AddedTokens::Segment& segment : added_.Split(text, options.parse_special_tokens)) {
+  for (const AddedTokens::Segment& segment : added_.Split(text, options.parse_special_tokens, &options.plain_ranges)) {
     if (segment.id >= 0) {
       ids.push_back(segment.id);
       continue;

@@ -221,7 +221,7 @@ std::vector<int32_t> SentencePieceBpeTokenizer::Encode(absl::string_view text,
   if (add_special_tokens) {
     ids.insert(ids.end(), specials_.prefix_ids.begin(), specials_.prefix_ids.end());
   }
-  for (const AddedTokens::Segment& segment : added_.Split(text, options.parse_special_tokens)) {
+  for (const AddedTokens::Segment& segment : added_.Split(text, options.parse_special_tokens, &options.plain_ranges)) {
     if (segment.id >= 0) {
       ids.push_back(segment.id);
     } else {

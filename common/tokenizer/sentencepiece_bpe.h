@@ -30,7 +30,9 @@ class SentencePieceBpeTokenizer final : public Tokenizer {
       absl::string_view tokenizer_source, absl::string_view config_source);
 
   std::vector<int32_t> Encode(absl::string_view text, bool add_special_tokens) const override {
-    return Encode(text, EncodeOptions{.add_special_tokens = add_special_tokens});
+    EncodeOptions options;
+    options.add_special_tokens = add_special_tokens;
+    return Encode(text, options);
   }
   std::vector<int32_t> Encode(absl::string_view text, const EncodeOptions& options) const override;
   std::string Decode(const std::vector<int32_t>& ids, bool skip_special_tokens) const override;
@@ -40,6 +42,9 @@ class SentencePieceBpeTokenizer final : public Tokenizer {
   bool IsSpecial(int32_t id) const override;
   std::string PieceForId(int32_t id) const override;
   int32_t IdForPiece(absl::string_view piece) const override;
+  bool ContainsSpecialTokenText(absl::string_view text) const override {
+    return added_.ContainsSpecial(text);
+  }
 
  private:
   // One normalizer step: Prepend (only to non-empty text, like Hugging Face) or Replace.

@@ -5,12 +5,18 @@
 #include <filesystem>
 #include <memory>
 #include <string>
-#include "absl/strings/string_view.h"
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
 
 namespace tessera {
+
+// Bytes [begin, end) of a text.
+struct TextRange {
+  size_t begin = 0;
+  size_t end = 0;
+};
 
 // Text <-> token ids for one model, loaded from Hugging Face `tokenizer.json` (+
 // `tokenizer_config.json` for whether BOS is added). The tokenizer model kind is chosen
@@ -26,6 +32,11 @@ class Tokenizer {
     // encode(disallowed_special=()) and Hugging Face's encode_special_tokens do. Added
     // tokens not marked special still match.
     bool parse_special_tokens = true;
+    // Sorted, disjoint byte ranges of the text in which special tokens are not matched even
+    // with parse_special_tokens: what a chat template copied from client messages under
+    // --chat-special-tokens plain. Everything else (BPE across the range's edges included)
+    // is as without them, so a range holding no special-token text changes nothing.
+    std::vector<TextRange> plain_ranges;
   };
 
   virtual ~Tokenizer() = default;
@@ -57,6 +68,9 @@ class Tokenizer {
   virtual std::string PieceForId(int32_t id) const { return std::string(); }
   // -1 when `piece` is not in the vocabulary.
   virtual int32_t IdForPiece(absl::string_view piece) const { return -1; }
+  // Whether `text` spells a special token (one that Encode with parse_special_tokens would
+  // turn into its id). False in test doubles.
+  virtual bool ContainsSpecialTokenText(absl::string_view text) const { return false; }
 };
 
 }  // namespace tessera

@@ -80,8 +80,8 @@ absl::StatusOr<AddedTokens> AddedTokens::FromJson(const Json& added_tokens,
   return result;
 }
 
-std::vector<AddedTokens::Segment> AddedTokens::Split(absl::string_view text,
-                                                     bool match_special) const {
+std::vector<AddedTokens::Segment> AddedTokens::Split(absl::string_view text, bool match_special,
+                                                     const std::vector<TextRange>* plain_ranges) const {
   std::vector<Segment> out;
   if (tokens_.empty()) {
     if (!text.empty()) out.push_back(Segment{text, -1});
@@ -89,13 +89,21 @@ std::vector<AddedTokens::Segment> AddedTokens::Split(absl::string_view text,
   }
   size_t plain_start = 0;  // Start of the ordinary run not yet emitted.
   size_t pos = 0;
+  size_t next_range = 0;  // The first plain range that does not end at or before `pos`.
   while (pos < text.size()) {
     const AddedToken* match = nullptr;
+    if (plain_ranges != nullptr) {
+      while (next_range < plain_ranges->size() && (*plain_ranges)[next_range].end <= pos) ++next_range;
+    }
     for (size_t index : by_first_byte_[static_cast<uint8_t>(text[pos])]) {
       const AddedToken& t = tokens_[index];
       if (t.special && !match_special) continue;
       if (text.substr(pos, t.content.size()) != t.content) continue;
       const size_t end = pos + t.content.size();
+      if (t.special && plain_ranges != nullptr && next_range < plain_ranges->size() &&
+          (*plain_ranges)[next_range].begin < end) {
+        continue;  // Overlaps client text that must stay plain.
+      }
       if (t.single_word && ((pos > 0 && IsWordByte(text[pos - 1])) ||
                             (end < text.size() && IsWordByte(text[end])))) {
         continue;
@@ -123,6 +131,14 @@ std::vector<AddedTokens::Segment> AddedTokens::Split(absl::string_view text,
   }
   if (plain_start < text.size()) out.push_back(Segment{text.substr(plain_start), -1});
   return out;
+}
+
+bool AddedTokens::ContainsSpecial(absl::string_view text) const {
+  for (const Segment& s : Split(text)) {
+    if (s.id < 0) continue;
+    if (const AddedToken* t = FindById(s.id); t != nullptr && t->special) return true;
+  }
+  return false;
 }
 
 const AddedToken* AddedTokens::FindById(int32_t id) const {

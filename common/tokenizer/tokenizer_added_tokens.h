@@ -8,6 +8,7 @@
 
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
+#include "common/tokenizer/tokenizer.h"
 #include "nlohmann/json_fwd.hpp"
 
 namespace tessera {
@@ -38,8 +39,12 @@ class AddedTokens {
   };
   // Splits `text` into ordinary runs and added tokens, taking the leftmost, then longest,
   // match. Empty ordinary runs are left out. Without `match_special`, tokens marked
-  // special stay ordinary text (Hugging Face's encode_special_tokens).
-  std::vector<Segment> Split(absl::string_view text, bool match_special = true) const;
+  // special stay ordinary text (Hugging Face's encode_special_tokens); with
+  // `plain_ranges` (sorted, disjoint), neither do those that overlap one of them.
+  std::vector<Segment> Split(absl::string_view text, bool match_special = true,
+                             const std::vector<TextRange>* plain_ranges = nullptr) const;
+  // Whether `text` holds a token marked special (that Split would match).
+  bool ContainsSpecial(absl::string_view text) const;
 
   // nullptr when `id` is not an added token.
   const AddedToken* FindById(int32_t id) const;

@@ -89,6 +89,7 @@ absl::StatusOr<BpeModel> BpeModel::FromJson(const Json& model, absl::string_view
     seen[id] = true;
     m.pieces_[id] = piece;
     m.vocab_.emplace(piece, id);
+    m.max_piece_bytes_ = std::max(m.max_piece_bytes_, piece.size());
     if (const int byte = ParseBytePiece(piece); byte >= 0) {
       m.byte_ids_[byte] = id;
       m.byte_of_id_[id] = static_cast<int16_t>(byte);
@@ -160,6 +161,9 @@ absl::StatusOr<BpeModel> BpeModel::FromJson(const Json& model, absl::string_view
       return Invalid(source, absl::StrCat("field \"model.merges\"[", rank, "] ", entry.dump(),
                                           " uses a piece that is not in model.vocab"));
     }
+    for (int32_t operand : {left_id, right_id}) {
+      if (operand == m.unk_id_ || m.ByteForId(operand) >= 0) m.cuttable_ = false;
+    }
     // The first occurrence wins, like Hugging Face's HashMap::insert of the lower rank.
     m.merges_.emplace(PairKey(left_id, right_id),
                       Merge{static_cast<int32_t>(rank), new_id});
@@ -183,7 +187,30 @@ int BpeModel::ByteForId(int32_t id) const {
   return byte_of_id_[id];
 }
 
+bool BpeModel::IsSafeCut(absl::string_view word, size_t pos) const {
+  if (pos == 0 || pos >= word.size()) return false;
+  // The characters on both sides must be pieces themselves: byte fallback and unknown
+  // characters (fused with their neighbours) stay inside one chunk.
+  size_t left = pos - 1;
+  while (left > 0 && (static_cast<uint8_t>(word[left]) & 0xC0) == 0x80) --left;
+  if (IdForPiece(word.substr(left, pos - left)) < 0) return false;
+  if (IdForPiece(word.substr(pos, Utf8CharLength(word, pos))) < 0) return false;
+  // A merge across `pos` would make a piece spanning it; every piece is at most
+  // max_piece_bytes_ long, so only spans starting that close need a look.
+  const size_t first = pos > max_piece_bytes_ ? pos - max_piece_bytes_ + 1 : 0;
+  for (size_t begin = first; begin < pos; ++begin) {
+    const size_t last = std::min(word.size(), begin + max_piece_bytes_);
+    for (size_t end = pos + 1; end <= last; ++end) {
+      if (vocab_.contains(word.substr(begin, end - begin))) return false;
+    }
+  }
+  return true;
+}
+
 void BpeModel::EncodeWord(absl::string_view word, std::vector<int32_t>* ids) const {
+  // Long enough to make the per-symbol bookkeeping of a chunk small, short enough that
+  // a cut is found within a few chunks of ordinary text.
+  constexpr size_t kChunkBytes = 16 << 10;
   if (word.empty()) return;
   if (ignore_merges_) {
     if (const int32_t id = IdForPiece(word); id >= 0) {
@@ -191,7 +218,21 @@ void BpeModel::EncodeWord(absl::string_view word, std::vector<int32_t>* ids) con
       return;
     }
   }
+  if (word.size() <= kChunkBytes || !cuttable_) {
+    EncodeChunk(word, ids);
+    return;
+  }
+  size_t start = 0;
+  for (size_t pos = kChunkBytes; pos < word.size(); ++pos) {
+    if ((static_cast<uint8_t>(word[pos]) & 0xC0) == 0x80 || !IsSafeCut(word, pos)) continue;
+    EncodeChunk(word.substr(start, pos - start), ids);
+    start = pos;
+    pos = start + kChunkBytes - 1;
+  }
+  EncodeChunk(word.substr(start), ids);
+}
 
+void BpeModel::EncodeChunk(absl::string_view word, std::vector<int32_t>* ids) const {
   thread_local std::vector<int32_t> symbols;
   symbols.clear();
   int32_t pending_unk_len = 0;  // Bytes of unknown characters not yet emitted.
@@ -224,6 +265,8 @@ void BpeModel::EncodeWord(absl::string_view word, std::vector<int32_t>* ids) con
   flush_unk();
   MergeSymbols(&symbols);
   ids->insert(ids->end(), symbols.begin(), symbols.end());
+  // A word that could not be cut must not leave its size pinned to this thread.
+  if (symbols.capacity() > (size_t{1} << 16)) std::vector<int32_t>().swap(symbols);
 }
 
 void BpeModel::MergeSymbols(std::vector<int32_t>* symbols) const {

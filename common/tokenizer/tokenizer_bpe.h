@@ -25,7 +25,9 @@ class BpeModel {
 
   // Appends the ids of `word`. Characters missing from the vocabulary become `<0xXX>` byte
   // pieces when byte fallback is on and all their bytes have pieces, else the unknown token
-  // (dropped when the model has none, as Hugging Face does).
+  // (dropped when the model has none, as Hugging Face does). A long word (a whole text,
+  // for tokenizers without a pre-tokenizer) is encoded in chunks cut where no merge can
+  // reach across, so its memory stays a small multiple of the chunk, with the same ids.
   void EncodeWord(absl::string_view word, std::vector<int32_t>* ids) const;
 
   // Applies the merges to `symbols` (ids of the word's characters, in order) until none
@@ -63,6 +65,11 @@ class BpeModel {
   }
   // MergeSymbols for long words: a heap of candidate pairs over a linked list.
   void MergeLongWord(std::vector<int32_t>* symbols) const;
+  // EncodeWord without chunking.
+  void EncodeChunk(absl::string_view word, std::vector<int32_t>* ids) const;
+  // True when no BPE merge can join symbols across byte `pos` of `word` (a character
+  // boundary): no vocabulary piece spans it and both neighbouring characters are pieces.
+  bool IsSafeCut(absl::string_view word, size_t pos) const;
 
   absl::flat_hash_map<std::string, int32_t> vocab_;
   std::vector<std::string> pieces_;
@@ -73,6 +80,10 @@ class BpeModel {
   bool byte_fallback_ = false;
   bool fuse_unk_ = false;
   bool ignore_merges_ = false;
+  size_t max_piece_bytes_ = 0;
+  // Merges join only pieces spelled by the text itself (no byte-fallback or unknown
+  // piece takes part in one), which is what makes IsSafeCut's test on the text sound.
+  bool cuttable_ = true;
 };
 
 }  // namespace tessera

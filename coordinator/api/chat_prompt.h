@@ -2,6 +2,7 @@
 #define TESSERA_COORDINATOR_API_CHAT_PROMPT_H_
 
 #include <cstdint>
+#include <string>
 #include <vector>
 
 #include "absl/status/statusor.h"
@@ -11,6 +12,24 @@
 #include "tessera/v1/generation.pb.h"
 
 namespace tessera {
+
+// A rendered chat prompt, and which of its bytes came from the messages where those
+// must not become special tokens (--chat-special-tokens plain).
+struct RenderedChat {
+  std::string text;
+  std::vector<TextRange> plain_ranges;  // Sorted, disjoint; empty under parse.
+};
+
+// Renders `messages` with `chat_template`. With `plain_special_tokens`, every role or
+// content that spells a special token is located in the output (by rendering it once
+// more with placeholders in its place and checking that putting it back, as is or
+// trimmed, gives the same text) and listed in plain_ranges; the template's own special
+// tokens stay real. INVALID_ARGUMENT with the template's message when it rejects the
+// messages, or when it transforms such a field beyond recognition (never a silent
+// fallback to parsing it).
+absl::StatusOr<RenderedChat> RenderChat(const std::vector<ChatMessage>& messages, const ChatRenderOptions& options,
+                                        const ChatTemplate& chat_template, const Tokenizer& tokenizer,
+                                        bool plain_special_tokens);
 
 // The prompt ids of a GenerateRequest's `messages`: rendered with `chat_template` and
 // tokenized without special tokens, as vLLM does for chat (the template writes BOS where

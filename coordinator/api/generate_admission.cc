@@ -24,7 +24,26 @@ absl::StatusOr<uint64_t> Admission::Start(const v1::GenerateRequest& request,
                                           std::chrono::steady_clock::time_point deadline,
                                           std::shared_ptr<RequestStream> stream, std::string* request_id,
                                           std::vector<int32_t>* prompt) {
+  // Text is held against --max-inflight-input-bytes while it is tokenized; what is over
+  // --max-input-bytes is left to validation, which names that limit instead.
+  InputBudget::Lease lease;
+  if (limits_.input_budget != nullptr) {
+    int64_t bytes = 0;
+    if (request.has_text()) bytes = static_cast<int64_t>(request.text().size());
+    for (const v1::ChatMessage& m : request.messages().messages()) {
+      bytes += static_cast<int64_t>(m.role().size() + m.content().size());
+    }
+    if (bytes > 0 && bytes <= limits_.max_input_bytes) {
+      auto acquired = limits_.input_budget->Acquire(bytes, "the input");
+      if (!acquired.ok()) {
+        if (EngineMetrics* m = engine_->metrics(); m != nullptr) m->RequestRejected("input_budget", protocol_);
+        return acquired.status();
+      }
+      lease = *std::move(acquired);
+    }
+  }
   auto valid = ValidateGenerateRequest(request, *tokenizer_, limits_, chat_template_);
+  lease.Release();
   if (!valid.ok()) {
     if (EngineMetrics* m = engine_->metrics(); m != nullptr) {
       m->RequestRejected(valid.status().code() == absl::StatusCode::kFailedPrecondition

@@ -7,7 +7,6 @@
 #include "common/logging.h"
 #include "coordinator/api/generate_stream_reactor.h"
 #include "coordinator/api/generate_unary_reactor.h"
-#include "coordinator/api/token_offsets.h"
 #include "coordinator/engine/output_processor.h"
 #include "coordinator/metrics/engine_metrics.h"
 
@@ -52,7 +51,8 @@ GenerationServiceImpl::GenerationServiceImpl(Engine* engine, const Tokenizer* to
       tokenizer_(tokenizer),
       limits_(limits),
       model_(std::move(model)),
-      admission_(engine, tokenizer, limits, chat_template) {}
+      admission_(engine, tokenizer, limits, chat_template),
+      tokenize_(tokenizer, &limits_) {}
 
 grpc::ServerUnaryReactor* GenerationServiceImpl::Generate(grpc::CallbackServerContext* context,
                                                           const v1::GenerateRequest* request,
@@ -68,10 +68,11 @@ grpc::ServerWriteReactor<v1::GenerateStreamResponse>* GenerationServiceImpl::Gen
 }
 
 grpc::ServerUnaryReactor* GenerationServiceImpl::Tokenize(grpc::CallbackServerContext* context,
-                                                          const v1::TokenizeRequest* request,
-                                                          v1::TokenizeResponse* response) {
+                                                          const grpc::ByteBuffer* request,
+                                                          grpc::ByteBuffer* response) {
   if (grpc::Status s = Authenticate(context, "Tokenize"); !s.ok()) return Answer(context, std::move(s));
-  return Answer(context, DoTokenize(*request, response));
+  // Reading the request empties it: its bytes go before the tokenizer's memory comes.
+  return Answer(context, tokenize_.Run(const_cast<grpc::ByteBuffer*>(request), response));
 }
 
 grpc::ServerUnaryReactor* GenerationServiceImpl::GetModelInfo(grpc::CallbackServerContext* context,
@@ -80,28 +81,6 @@ grpc::ServerUnaryReactor* GenerationServiceImpl::GetModelInfo(grpc::CallbackServ
   if (grpc::Status s = Authenticate(context, "GetModelInfo"); !s.ok()) return Answer(context, std::move(s));
   DoGetModelInfo(info);
   return Answer(context, grpc::Status::OK);
-}
-
-grpc::Status GenerationServiceImpl::DoTokenize(const v1::TokenizeRequest& request,
-                                               v1::TokenizeResponse* response) {
-  if (absl::Status s = CheckInputSize("text", request.text().size(), limits_); !s.ok()) {
-    return ToGrpcStatus(s);
-  }
-  const std::vector<int32_t> ids = tokenizer_->Encode(request.text(), request.add_special_tokens());
-  for (int32_t id : ids) {
-    response->add_token_ids(id);
-    // A byte-fallback piece alone is not valid UTF-8; protobuf strings must be.
-    std::string piece = SanitizeUtf8(tokenizer_->Decode({id}, /*skip_special_tokens=*/false));
-    if (const size_t complete = CompleteUtf8Length(piece); complete < piece.size()) {
-      piece.replace(complete, std::string::npos, "\xEF\xBF\xBD");
-    }
-    response->add_pieces(std::move(piece));
-    response->add_vocab_pieces(tokenizer_->PieceForId(id));
-  }
-  TokenOffsets offsets = ComputeTokenOffsets(*tokenizer_, ids);
-  response->mutable_offsets()->Add(offsets.offsets.begin(), offsets.offsets.end());
-  response->set_text(SanitizeUtf8(offsets.text));
-  return grpc::Status::OK;
 }
 
 void GenerationServiceImpl::DoGetModelInfo(v1::ModelInfo* info) {

@@ -9,6 +9,7 @@
 #include "common/tokenizer/tokenizer.h"
 #include "coordinator/api/generate_admission.h"
 #include "coordinator/api/request_validation.h"
+#include "coordinator/api/tokenize_call.h"
 #include "coordinator/engine/engine.h"
 #include "tessera/v1/generation.grpc.pb.h"
 
@@ -29,7 +30,9 @@ struct ModelDescription {
 // while it waits for the engine or for its client, so thousands of streams need only
 // gRPC's fixed pool. Validation and tokenization happen here; the engine does the rest.
 // absl statuses become gRPC statuses only at this edge.
-class GenerationServiceImpl final : public v1::Generation::CallbackService {
+// Tokenize is a raw method (tokenize_call.h says why).
+class GenerationServiceImpl final
+    : public v1::Generation::WithRawCallbackMethod_Tokenize<v1::Generation::CallbackService> {
  public:
   // `chat_template` renders `messages` input; null when the model has none.
   GenerationServiceImpl(Engine* engine, const Tokenizer* tokenizer, ServingLimits limits,
@@ -39,9 +42,10 @@ class GenerationServiceImpl final : public v1::Generation::CallbackService {
                                      v1::GenerateResponse* response) override;
   grpc::ServerWriteReactor<v1::GenerateStreamResponse>* GenerateStream(
       grpc::CallbackServerContext* context, const v1::GenerateRequest* request) override;
-  // Both answer at once on gRPC's thread: Tokenize's work is bounded by --max-input-bytes.
-  grpc::ServerUnaryReactor* Tokenize(grpc::CallbackServerContext* context, const v1::TokenizeRequest* request,
-                                     v1::TokenizeResponse* response) override;
+  // Both answer at once on gRPC's thread: Tokenize's work is bounded by --max-input-bytes
+  // and, over all calls, by --max-inflight-input-bytes.
+  grpc::ServerUnaryReactor* Tokenize(grpc::CallbackServerContext* context, const grpc::ByteBuffer* request,
+                                     grpc::ByteBuffer* response) override;
   grpc::ServerUnaryReactor* GetModelInfo(grpc::CallbackServerContext* context,
                                          const v1::GetModelInfoRequest* request, v1::ModelInfo* response) override;
 
@@ -53,7 +57,6 @@ class GenerationServiceImpl final : public v1::Generation::CallbackService {
   void set_api_keys(const auth::ApiKeyStore* keys) { api_keys_ = keys; }
 
  private:
-  grpc::Status DoTokenize(const v1::TokenizeRequest& request, v1::TokenizeResponse* response);
   void DoGetModelInfo(v1::ModelInfo* info);
   // OK, or UNAUTHENTICATED (counted and logged, without the key) when keys are required.
   grpc::Status Authenticate(grpc::CallbackServerContext* context, absl::string_view method) const;
@@ -63,6 +66,7 @@ class GenerationServiceImpl final : public v1::Generation::CallbackService {
   const ServingLimits limits_;
   const ModelDescription model_;
   Admission admission_;
+  TokenizeCall tokenize_;
   std::function<int()> pending_workers_;
   const auth::ApiKeyStore* api_keys_ = nullptr;
 };

@@ -2,6 +2,7 @@
 #define TESSERA_COORDINATOR_API_REQUEST_VALIDATION_H_
 
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -9,6 +10,7 @@
 #include "common/chat_template/chat_template.h"
 #include "common/sampling_params.h"
 #include "common/tokenizer/tokenizer.h"
+#include "coordinator/api/input_budget.h"
 #include "coordinator/scheduler/sequence.h"
 #include "tessera/v1/generation.pb.h"
 
@@ -26,6 +28,12 @@ struct ServingLimits {
   int64_t max_input_bytes = 1 << 20;
   int max_concurrent_streams = 512;
   int max_undelivered_tokens = 256;
+  // --max-inflight-input-bytes: the text being tokenized at once over all requests and
+  // both APIs. Shared by every copy of these limits; null: no bound (tests).
+  std::shared_ptr<InputBudget> input_budget;
+  // --chat-special-tokens plain: special-token text inside chat messages (role, content)
+  // is tokenized as text; false (parse) turns it into the special tokens, as HF and vLLM do.
+  bool chat_plain_special_tokens = false;
   // What a request gets for each sampling field it leaves unset (generation_config.json).
   SamplingParams default_sampling;
 };

@@ -40,6 +40,11 @@ ApiError NoTemplate(const OpenAiServing& serving) {
 }  // namespace
 
 absl::Status PrepareChatPrompt(const OpenAiServing& serving, const std::string& rendered, OpenAiRequest* request) {
+  return PrepareChatPrompt(serving, RenderedChat{rendered, {}}, request);
+}
+
+absl::Status PrepareChatPrompt(const OpenAiServing& serving, const RenderedChat& chat, OpenAiRequest* request) {
+  const std::string& rendered = chat.text;
   const ServingLimits& limits = serving.admission->limits();
   if (absl::Status s = CheckInputSize("messages", rendered.size(), limits); !s.ok()) {
     return InvalidParam("messages", absl::StrCat("the rendered chat prompt has ", rendered.size(),
@@ -48,8 +53,13 @@ absl::Status PrepareChatPrompt(const OpenAiServing& serving, const std::string& 
   const Tokenizer& tok = *serving.tokenizer;
   const int32_t bos = tok.bos_id();
   const std::string bos_text = bos >= 0 ? tok.PieceForId(bos) : std::string();
-  const bool has_bos = !bos_text.empty() && absl::StartsWith(rendered, bos_text);
-  const std::vector<int32_t> ids = tok.Encode(rendered, /*add_special_tokens=*/!has_bos);
+  // A BOS spelled by a message that stays plain is not the template's.
+  const bool has_bos = !bos_text.empty() && absl::StartsWith(rendered, bos_text) &&
+                       (chat.plain_ranges.empty() || chat.plain_ranges.front().begin > 0);
+  Tokenizer::EncodeOptions encode;
+  encode.add_special_tokens = !has_bos;
+  encode.plain_ranges = chat.plain_ranges;
+  const std::vector<int32_t> ids = tok.Encode(rendered, encode);
   if (ids.empty()) return InvalidParam("messages", "the rendered chat prompt is empty");
   v1::GenerateRequest& g = request->generate;
   g.clear_text();
@@ -74,9 +84,26 @@ void HandleChatCompletions(std::shared_ptr<HttpExchange> exchange, const OpenAiS
     Reject(*exchange, *serving, NoTemplate(*serving), "no_chat_template");
     return;
   }
+  // The messages are held against --max-inflight-input-bytes while they are rendered and
+  // tokenized; what is over --max-input-bytes is refused below, naming that limit.
+  const ServingLimits& limits = serving->admission->limits();
+  InputBudget::Lease lease;
+  if (limits.input_budget != nullptr) {
+    int64_t bytes = 0;
+    for (const ChatMessage& m : request->messages) bytes += static_cast<int64_t>(m.role.size() + m.content.size());
+    if (bytes <= limits.max_input_bytes) {
+      auto acquired = limits.input_budget->Acquire(bytes, "the messages");
+      if (!acquired.ok()) {
+        Reject(*exchange, *serving, ToApiError(acquired.status(), Endpoint::kChatCompletions), "input_budget");
+        return;
+      }
+      lease = *std::move(acquired);
+    }
+  }
   ChatRenderOptions options;
   options.add_generation_prompt = true;
-  auto rendered = serving->chat_template->Render(request->messages, options);
+  auto rendered = RenderChat(request->messages, options, *serving->chat_template, *serving->tokenizer,
+                             limits.chat_plain_special_tokens);
   if (!rendered.ok()) {
     Reject(*exchange, *serving,
            ToApiError(InvalidParam("messages", absl::StrCat("the chat template refused the messages: ",
@@ -89,6 +116,7 @@ void HandleChatCompletions(std::shared_ptr<HttpExchange> exchange, const OpenAiS
     Reject(*exchange, *serving, ToApiError(s, Endpoint::kChatCompletions), "invalid_argument");
     return;
   }
+  lease.Release();
   RunGeneration(std::move(exchange), serving, *std::move(request));
 }
 

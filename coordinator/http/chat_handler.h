@@ -3,7 +3,10 @@
 
 #include <memory>
 
+#include <string>
+
 #include "absl/status/status.h"
+#include "coordinator/api/chat_prompt.h"
 #include "coordinator/http/http_exchange.h"
 #include "coordinator/http/openai_request.h"
 #include "coordinator/http/openai_serving.h"
@@ -16,7 +19,9 @@ void HandleChatCompletions(std::shared_ptr<HttpExchange> exchange, const OpenAiS
 
 // The rendered prompt into `request->generate` as token ids: BOS is added only when the
 // template did not already write it (Llama templates start with "{{ bos_token }}"), and
-// without max_tokens the rest of the context is the budget. Exposed for tests.
+// without max_tokens the rest of the context is the budget; `rendered.plain_ranges` stay
+// text (--chat-special-tokens plain). Exposed for tests.
+absl::Status PrepareChatPrompt(const OpenAiServing& serving, const RenderedChat& rendered, OpenAiRequest* request);
 absl::Status PrepareChatPrompt(const OpenAiServing& serving, const std::string& rendered, OpenAiRequest* request);
 
 }  // namespace tessera::http

@@ -15,6 +15,7 @@ struct HttpRequest {
   std::string path;    // The target without its query string.
   std::string body;
   std::string authorization;  // The Authorization header (empty: none).
+  std::string content_type;   // The Content-Type header (empty: none).
 };
 
 // Every method runs on the exchange's strand: a handler is called there, and so are the

@@ -21,7 +21,7 @@
 #include "boost/beast/http.hpp"
 #include "boost/beast/ssl.hpp"
 #include "common/logging.h"
-#include "common/memory_release.h"
+#include "common/memory_releaser.h"
 #include "common/net/fd_budget.h"
 #include "coordinator/http/sse_writer.h"
 #include "coordinator/tls/ssl_context_watcher.h"
@@ -56,7 +56,7 @@ class Session final : public HttpExchange, public std::enable_shared_from_this<S
     // a TLS connection alone holds ~100 KB that glibc would otherwise keep.
     const int64_t left = stats_->open_connections.fetch_sub(1) - 1;
     static std::atomic<uint64_t> closed{0};
-    if (left == 0 || closed.fetch_add(1) % 256 == 255) ReleaseFreedMemorySoon();
+    if (left == 0 || closed.fetch_add(1) % 256 == 255) MemoryReleaser::Get().RequestTrim();
   }
 
   void Start() {
@@ -242,6 +242,7 @@ class Session final : public HttpExchange, public std::enable_shared_from_this<S
     request_.path = std::string(target.substr(0, target.find('?')));
     request_.body = std::move(msg.body());
     request_.authorization = std::string(msg[bhttp::field::authorization]);
+    request_.content_type = std::string(msg[bhttp::field::content_type]);
     keep_alive_ = msg.keep_alive();
     ++num_served_;
     SetInExchange(true);

@@ -8,6 +8,7 @@
 #include "absl/strings/cord.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "common/memory_releaser.h"
 #include "nlohmann/json.hpp"
 
 namespace tessera::http {
@@ -194,7 +195,62 @@ std::string OpenAiMessage(const absl::Status& status, Endpoint endpoint) {
   return absl::StrCat(OpenAiName(m.substr(0, eq), endpoint), m.substr(eq));
 }
 
+absl::Status CheckJsonShape(absl::string_view body) {
+  // A pass that builds nothing: counts values and tracks depth, and stops at the first
+  // one over a limit (nlohmann's SAX interface; returning false ends the parse).
+  struct Shape : nlohmann::json_sax<json> {
+    int depth = 0;
+    size_t values = 0;
+    bool too_deep = false;
+    bool too_many = false;
+    bool invalid = false;
+    bool Value() {
+      if (++values > kMaxJsonValues) too_many = true;
+      return !too_many;
+    }
+    bool Open() {
+      if (++depth > kMaxJsonDepth) too_deep = true;
+      return !too_deep && Value();
+    }
+    bool null() override { return Value(); }
+    bool boolean(bool) override { return Value(); }
+    bool number_integer(number_integer_t) override { return Value(); }
+    bool number_unsigned(number_unsigned_t) override { return Value(); }
+    bool number_float(number_float_t, const string_t&) override { return Value(); }
+    bool string(string_t&) override { return Value(); }
+    bool binary(binary_t&) override { return Value(); }
+    bool start_object(std::size_t) override { return Open(); }
+    bool key(string_t&) override { return true; }
+    bool end_object() override { --depth; return true; }
+    bool start_array(std::size_t) override { return Open(); }
+    bool end_array() override { --depth; return true; }
+    bool parse_error(std::size_t, const std::string&, const nlohmann::detail::exception&) override {
+      invalid = true;
+      return false;
+    }
+  } shape;
+  json::sax_parse(body.begin(), body.end(), &shape, json::input_format_t::json, /*strict=*/true);
+  if (shape.too_deep) {
+    return InvalidParam("", absl::StrCat("the request body nests JSON arrays and objects more than ", kMaxJsonDepth,
+                                         " levels deep (the limit)"));
+  }
+  if (shape.too_many) {
+    return InvalidParam("", absl::StrCat("the request body holds more than ", kMaxJsonValues,
+                                         " JSON values (the limit)"));
+  }
+  if (shape.invalid) return InvalidParam("", "the request body is not valid JSON");
+  return absl::OkStatus();
+}
+
 absl::StatusOr<OpenAiRequest> ParseOpenAiRequest(absl::string_view body, Endpoint endpoint, int max_logprobs) {
+  // What a large body left behind (its DOM, the body itself) goes back to the OS soon.
+  struct ReleaseAfter {
+    size_t bytes;
+    ~ReleaseAfter() { MemoryReleaser::Get().InputDone(bytes); }
+  } release_after{body.size()};
+  // Before any DOM: a deep body would cost far more than its size, a flat one of
+  // millions of numbers 16 bytes a value.
+  if (absl::Status s = CheckJsonShape(body); !s.ok()) return s;
   const json j = json::parse(body.begin(), body.end(), nullptr, /*allow_exceptions=*/false);
   if (j.is_discarded()) return InvalidParam("", "the request body is not valid JSON");
   if (!j.is_object()) return InvalidParam("", "the request body must be a JSON object");

@@ -50,6 +50,14 @@ std::string ParamOf(const absl::Status& status, Endpoint endpoint);
 // A request_validation message with its leading field renamed to the OpenAI name.
 std::string OpenAiMessage(const absl::Status& status, Endpoint endpoint);
 
+// Limits on a request body's JSON, checked before it is parsed into a DOM (whose size
+// grows with the number of values and, for nested ones, the depth): INVALID_ARGUMENT
+// (HTTP 400) naming the limit beyond them. 2^21 values leave room for a prompt of token
+// ids as long as any served context.
+inline constexpr int kMaxJsonDepth = 128;
+inline constexpr size_t kMaxJsonValues = size_t{1} << 21;
+absl::Status CheckJsonShape(absl::string_view body);
+
 // Parses `body` (JSON). INVALID_ARGUMENT (with the param payload) for malformed JSON, a
 // wrong type, a missing required field, or a feature Tessera does not serve (n > 1, a
 // batch of prompts, echo, best_of > 1).

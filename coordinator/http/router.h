@@ -10,8 +10,14 @@
 
 namespace tessera::http {
 
+// Whether a Content-Type header names JSON: application/json, any case, with or without
+// parameters ("; charset=utf-8").
+bool IsJsonContentType(const std::string& content_type);
+
 // Exact-path routing: 404 for an unknown path, 405 (with Allow) for a known path and
-// another method, both in OpenAI's error shape.
+// another method, and 415 for a POST whose body is not declared JSON (a browser sends
+// text/plain or a form cross-origin without a CORS preflight; JSON needs one), all in
+// OpenAI's error shape.
 class Router {
  public:
   using Handler = std::function<void(std::shared_ptr<HttpExchange>)>;

@@ -41,10 +41,20 @@ HealthResult Readiness::Live(Clock::time_point now) const {
   return {true, ""};
 }
 
+void Readiness::WatchListener(const net::ListenerStats* listener) {
+  absl::MutexLock lock(&mu_);
+  listeners_.push_back(listener);
+}
+
 HealthResult Readiness::Ready(Clock::time_point now) const {
   HealthResult live = Live(now);
   if (!live.ok) return live;
   absl::MutexLock lock(&mu_);
+  for (const net::ListenerStats* l : listeners_) {
+    if (!l->accepting.load()) {
+      return {false, absl::StrCat("the ", l->name, " listener on port ", l->port.load(), " is not accepting connections")};
+    }
+  }
   int serving = 0, warming = 0;
   std::string failures;
   for (const auto& [index, r] : replicas_) {

@@ -4,10 +4,12 @@
 #include <chrono>
 #include <map>
 #include <string>
+#include <vector>
 
 #include "absl/base/thread_annotations.h"
 #include "absl/synchronization/mutex.h"
 #include "common/metrics/http_server.h"
+#include "common/net/listener_stats.h"
 
 namespace tessera {
 
@@ -18,6 +20,8 @@ namespace tessera {
 //    (the engine's warm-up generation is the first one) and has not failed since. The
 //    engine fails a replica whose step fails or whose idle heartbeat probe gets no
 //    answer, so a dead worker turns readiness off within one heartbeat interval.
+//    And every watched listener accepts: a process whose API port cannot take
+//    connections must not draw traffic, even while HTTP and the engine are fine.
 class Readiness {
  public:
   using Clock = std::chrono::steady_clock;
@@ -28,6 +32,8 @@ class Readiness {
   void ReplicaFormed(int replica);
   void StepSucceeded(int replica);
   void ReplicaFailed(int replica, std::string reason);
+  // A listening port readiness depends on; it must outlive this object's checks.
+  void WatchListener(const net::ListenerStats* listener);
 
   HealthResult Live(Clock::time_point now = Clock::now()) const;
   HealthResult Ready(Clock::time_point now = Clock::now()) const;
@@ -44,6 +50,7 @@ class Readiness {
   bool ticked_ ABSL_GUARDED_BY(mu_) = false;
   Clock::time_point last_tick_ ABSL_GUARDED_BY(mu_);
   std::map<int, Replica> replicas_ ABSL_GUARDED_BY(mu_);
+  std::vector<const net::ListenerStats*> listeners_ ABSL_GUARDED_BY(mu_);
 };
 
 }  // namespace tessera

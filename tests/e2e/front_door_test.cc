@@ -60,16 +60,6 @@ int CountLines(const Cluster& cluster, absl::string_view needle) {
   return n;
 }
 
-template <typename Pred>
-bool WaitFor(Pred pred, milliseconds limit) {
-  const auto deadline = std::chrono::steady_clock::now() + limit;
-  while (std::chrono::steady_clock::now() < deadline) {
-    if (pred()) return true;
-    std::this_thread::sleep_for(milliseconds(20));
-  }
-  return pred();
-}
-
 // Every replica idle with all of its KV blocks free (nothing running or leaked).
 bool Idle(Cluster& cluster) {
   auto info = cluster.ModelInfo();

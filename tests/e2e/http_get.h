@@ -19,11 +19,13 @@ struct HttpResponse {
   std::string body;
 };
 
-// One HTTP/1.0 request to 127.0.0.1: `body` (JSON) when not empty, an Authorization header
-// when `authorization` is not empty; waits at most `timeout_s` for each read.
+// One HTTP/1.0 request to 127.0.0.1: `body` (with `content_type`, JSON by default) when
+// not empty, an Authorization header when `authorization` is not empty; waits at most
+// `timeout_s` for each read.
 inline HttpResponse HttpRequest(int port, const std::string& method, const std::string& target,
                                 const std::string& body = "",
-                                const std::string& authorization = "", int timeout_s = 5) {
+                                const std::string& authorization = "", int timeout_s = 5,
+                                const std::string& content_type = "application/json") {
   HttpResponse out;
   const int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
   if (fd < 0) return out;
@@ -40,8 +42,7 @@ inline HttpResponse HttpRequest(int port, const std::string& method, const std::
   std::string request = absl::StrCat(method, " ", target, " HTTP/1.0\r\nHost: 127.0.0.1\r\n");
   if (!authorization.empty()) absl::StrAppend(&request, "Authorization: ", authorization, "\r\n");
   if (!body.empty()) {
-    absl::StrAppend(&request, "Content-Type: application/json\r\nContent-Length: ", body.size(),
-                    "\r\n");
+    absl::StrAppend(&request, "Content-Type: ", content_type, "\r\nContent-Length: ", body.size(), "\r\n");
   }
   absl::StrAppend(&request, "\r\n", body);
   if (::send(fd, request.data(), request.size(), MSG_NOSIGNAL) != static_cast<ssize_t>(request.size())) {

@@ -44,17 +44,6 @@ std::string UrlEncode(const std::string& s) {
   return out;
 }
 
-// Polls `pred` every 100 ms until it holds or `limit` passes.
-template <typename Pred>
-bool WaitFor(Pred pred, std::chrono::milliseconds limit) {
-  const auto deadline = Clock::now() + limit;
-  while (Clock::now() < deadline) {
-    if (pred()) return true;
-    std::this_thread::sleep_for(std::chrono::milliseconds(100));
-  }
-  return pred();
-}
-
 class Prometheus {
  public:
   // Starts a Prometheus server scraping `targets` every second.

@@ -6,6 +6,7 @@
 #include <chrono>
 #include <memory>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "grpcpp/grpcpp.h"
@@ -24,6 +25,17 @@ inline std::chrono::system_clock::time_point DeadlineIn(std::chrono::millisecond
 
 // Starts stories260K with tp x replicas workers; nullptr (and a test failure with the
 // process logs) when it does not come up.
+// Polls `pred` every 20 ms until it holds or `limit` passes; the last answer.
+template <typename Pred>
+bool WaitFor(Pred pred, std::chrono::milliseconds limit) {
+  const auto deadline = std::chrono::steady_clock::now() + limit;
+  while (std::chrono::steady_clock::now() < deadline) {
+    if (pred()) return true;
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  return pred();
+}
+
 inline std::unique_ptr<Cluster> StartStories(int tp, int replicas = 1, ClusterOptions options = {}) {
   options.model_dir = StoriesModelDir();
   options.log_dir = ScratchDir("cluster");

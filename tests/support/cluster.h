@@ -11,6 +11,7 @@
 #include <netinet/in.h>
 #include <signal.h>
 #include <sys/prctl.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -113,6 +114,9 @@ struct ClusterOptions {
   // Per worker in start order: {replica hint, rank hint}; empty: no replica hint and rank
   // hint w % tp. Sets the number of workers when not empty.
   std::vector<std::pair<int, int>> worker_hints;
+  // RLIMIT_NOFILE (soft and hard) of the coordinator; 0: inherited. For tests of what a
+  // flood of connections does to a process with few descriptors (`ulimit -n 1024`).
+  int coordinator_fd_limit = 0;
   // Sent as `authorization: Bearer <api_key>` by ModelInfo() (readiness) when the
   // coordinator runs with --api-keys-file.
   std::string api_key;
@@ -430,10 +434,15 @@ class Cluster {
     for (auto& e : env_storage) envp.push_back(e.data());
     envp.push_back(nullptr);
     const pid_t parent = ::getpid();
+    const rlim_t fd_limit = name == "coordinator" ? static_cast<rlim_t>(options_.coordinator_fd_limit) : 0;
     const pid_t pid = ::fork();
     if (pid == 0) {
       ::prctl(PR_SET_PDEATHSIG, SIGKILL);
       if (::getppid() != parent) ::_exit(126);
+      if (fd_limit > 0) {
+        const rlimit rl{fd_limit, fd_limit};
+        if (::setrlimit(RLIMIT_NOFILE, &rl) != 0) ::_exit(125);
+      }
       ::dup2(fd, STDOUT_FILENO);
       ::dup2(fd, STDERR_FILENO);
       ::execve(argv[0], argv.data(), envp.data());

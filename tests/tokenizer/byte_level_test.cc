@@ -205,7 +205,8 @@ TEST(ByteLevelTokenizerTest, AddedTokensAndPostProcessor) {
   // Plain: special text is ordinary text; non-special added tokens still match.
   const std::vector<int32_t> plain =
       t->Encode("<|end|><tool>", Tokenizer::EncodeOptions{.add_special_tokens = false,
-                                                           .parse_special_tokens = false});
+                                                           .parse_special_tokens = false,
+                                                           .plain_ranges = {}});
   ASSERT_FALSE(plain.empty());
   EXPECT_EQ(plain.back(), 1002);
   for (size_t i = 0; i + 1 < plain.size(); ++i) EXPECT_LT(plain[i], 256);

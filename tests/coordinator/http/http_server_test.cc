@@ -60,7 +60,7 @@ std::string ReadUntil(int fd, const std::string& marker) {
 }
 
 std::string Post(const std::string& path, const std::string& body, bool close = false) {
-  return absl::StrCat("POST ", path, " HTTP/1.1\r\nHost: x\r\nContent-Length: ", body.size(), "\r\n",
+  return absl::StrCat("POST ", path, " HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: ", body.size(), "\r\n",
                       close ? "Connection: close\r\n" : "", "\r\n", body);
 }
 
@@ -134,7 +134,7 @@ TEST_F(HttpServerTest, BodyOverTheLimitIs413) {
 
 TEST_F(HttpServerTest, ExpectContinueGetsAnInterimAnswerBeforeTheBody) {
   const int fd = Connect(server_->port());
-  Send(fd, "POST /echo HTTP/1.1\r\nHost: x\r\nContent-Length: 5\r\nExpect: 100-continue\r\n\r\n");
+  Send(fd, "POST /echo HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: 5\r\nExpect: 100-continue\r\n\r\n");
   EXPECT_EQ(ReadUntil(fd, "\r\n\r\n"), "HTTP/1.1 100 Continue\r\n\r\n");
   Send(fd, "hello");
   EXPECT_TRUE(absl::EndsWith(ReadUntil(fd, "hello"), "\r\n\r\nhello"));
@@ -143,7 +143,7 @@ TEST_F(HttpServerTest, ExpectContinueGetsAnInterimAnswerBeforeTheBody) {
 
 TEST_F(HttpServerTest, ExpectContinueWithATooLargeBodyIs413AtOnce) {
   const int fd = Connect(server_->port());
-  Send(fd, "POST /echo HTTP/1.1\r\nHost: x\r\nContent-Length: 5000\r\nExpect: 100-continue\r\n\r\n");
+  Send(fd, "POST /echo HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: 5000\r\nExpect: 100-continue\r\n\r\n");
   const std::string r = ReadAll(fd);
   EXPECT_TRUE(absl::StartsWith(r, "HTTP/1.1 413")) << r;
   ::close(fd);

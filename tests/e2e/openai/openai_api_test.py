@@ -220,7 +220,7 @@ class CompletionsTest(unittest.TestCase):
         s = socket.create_connection(("127.0.0.1", SERVER.http_port), timeout=30)
         f = s.makefile("rb")
         for _ in range(3):
-            s.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Length: " + str(len(body)).encode() +
+            s.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: " + str(len(body)).encode() +
                       b"\r\n\r\n" + body)
             status = f.readline()
             self.assertTrue(status.startswith(b"HTTP/1.1 200"), status)

@@ -135,7 +135,7 @@ class OverloadTest(unittest.TestCase):
         s = socket.socket()
         s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 1024)  # A small window fills fast.
         s.connect(("127.0.0.1", self.http_port))
-        s.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Length: " + str(len(body)).encode() +
+        s.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: " + str(len(body)).encode() +
                   b"\r\n\r\n" + body)
         # Never read: the server's writes block, 8 tokens pile up, the engine gives up on
         # the request and the server drops the connection.

@@ -26,6 +26,7 @@
 #include "absl/strings/str_cat.h"
 #include "gtest/gtest.h"
 #include "tests/e2e/serving_util.h"
+#include "tests/support/child_process.h"
 #include "tests/support/subprocess.h"
 
 namespace tessera::testing {
@@ -161,32 +162,7 @@ class Serve {
                                      "--kv-memory-mb",
                                      "16"};
     args.insert(args.end(), extra_flags.begin(), extra_flags.end());
-    // Everything the child needs is prepared before fork: only async-signal-safe calls after.
-    std::vector<char*> argv;
-    for (auto& a : args) argv.push_back(a.data());
-    argv.push_back(nullptr);
-    std::vector<std::string> env_storage;
-    for (char** e = environ; *e != nullptr; ++e) {
-      if (!absl::StartsWith(*e, "TMPDIR=")) env_storage.emplace_back(*e);
-    }
-    env_storage.push_back(absl::StrCat("TMPDIR=", tmpdir_.string()));
-    std::vector<char*> envp;
-    for (auto& e : env_storage) envp.push_back(e.data());
-    envp.push_back(nullptr);
-    const int fd = ::open(log_.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-    const pid_t parent = ::getpid();
-    pid_ = ::fork();
-    if (pid_ == 0) {
-      ::prctl(PR_SET_PDEATHSIG, SIGKILL);
-      if (::getppid() != parent) ::_exit(126);
-      if (fd >= 0) {
-        ::dup2(fd, STDOUT_FILENO);
-        ::dup2(fd, STDERR_FILENO);
-      }
-      ::execve(argv[0], argv.data(), envp.data());
-      ::_exit(127);
-    }
-    if (fd >= 0) ::close(fd);
+    pid_ = SpawnLogged(args, log_, {absl::StrCat("TMPDIR=", tmpdir_.string())});
   }
   ~Serve() {
     if (pid_ > 0 && !exit_status_) {
@@ -420,7 +396,7 @@ TEST(ServeSupervisionTest, HelpListsTheForwardedLimitFlags) {
   for (const char* flag :
        {"max-queued-requests", "max-queued-tokens", "max-concurrent-streams", "max-undelivered-tokens",
         "max-input-bytes", "max-pending-workers", "drain-timeout-seconds", "max-connections",
-        "cluster-max-connections", "metrics-max-connections", "handshake-timeout-seconds", "header-timeout-seconds",
+        "cluster-max-connections", "handshake-timeout-seconds", "header-timeout-seconds",
         "idle-timeout-seconds", "min-request-bytes-per-second", "fd-reserve", "max-inflight-input-bytes",
         "chat-special-tokens"}) {
     EXPECT_TRUE(absl::StrContains(help.output, absl::StrCat("  --", flag, " VALUE\n      The coordinator's --", flag)))

@@ -16,30 +16,50 @@
 
 namespace tessera::testing {
 
+// Starts `args` with stdout and stderr into `log` and the test's environment, where
+// `env` ("NAME=value") replaces or adds variables. The child gets SIGKILL if the test
+// process dies (PR_SET_PDEATHSIG). Returns its pid (-1 if fork failed).
+inline pid_t SpawnLogged(const std::vector<std::string>& args, const std::filesystem::path& log,
+                         const std::vector<std::string>& env = {}) {
+  // Everything the child needs is prepared before fork: only async-signal-safe calls after.
+  std::vector<char*> argv;
+  for (const auto& a : args) argv.push_back(const_cast<char*>(a.c_str()));
+  argv.push_back(nullptr);
+  std::vector<std::string> env_storage;
+  for (char** e = environ; *e != nullptr; ++e) {
+    const std::string entry(*e);
+    const std::string name = entry.substr(0, entry.find('=') + 1);
+    bool replaced = false;
+    for (const auto& v : env) replaced = replaced || v.rfind(name, 0) == 0;
+    if (!replaced) env_storage.push_back(entry);
+  }
+  env_storage.insert(env_storage.end(), env.begin(), env.end());
+  std::vector<char*> envp;
+  for (auto& e : env_storage) envp.push_back(e.data());
+  envp.push_back(nullptr);
+  const int fd = ::open(log.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  const pid_t parent = ::getpid();
+  const pid_t pid = ::fork();
+  if (pid == 0) {
+    ::prctl(PR_SET_PDEATHSIG, SIGKILL);
+    if (::getppid() != parent) ::_exit(126);
+    if (fd >= 0) {
+      ::dup2(fd, STDOUT_FILENO);
+      ::dup2(fd, STDERR_FILENO);
+    }
+    ::execve(argv[0], argv.data(), envp.data());
+    ::_exit(127);
+  }
+  if (fd >= 0) ::close(fd);
+  return pid;
+}
+
 // A child process that is SIGKILLed (and reaped) when this object goes away, and also
 // when the test process dies (PR_SET_PDEATHSIG).
 class Child {
  public:
-  Child(const std::vector<std::string>& args, const std::filesystem::path& log) {
-    std::vector<char*> argv;
-    for (const auto& a : args) argv.push_back(const_cast<char*>(a.c_str()));
-    argv.push_back(nullptr);
-    const int fd = ::open(log.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-    const pid_t parent = ::getpid();
-    pid_ = ::fork();
-    if (pid_ == 0) {
-      ::prctl(PR_SET_PDEATHSIG, SIGKILL);
-      if (::getppid() != parent) ::_exit(126);
-      if (fd >= 0) {
-        ::dup2(fd, STDOUT_FILENO);
-        ::dup2(fd, STDERR_FILENO);
-      }
-      ::execv(argv[0], argv.data());
-      ::_exit(127);
-    }
-    if (fd >= 0) ::close(fd);
-    log_ = log;
-  }
+  Child(const std::vector<std::string>& args, const std::filesystem::path& log)
+      : pid_(SpawnLogged(args, log)), log_(log) {}
   ~Child() {
     if (pid_ > 0) {
       ::kill(pid_, SIGKILL);

@@ -20,7 +20,7 @@ struct ForwardedFlag {
   const char* what;  // For --help.
 };
 
-inline constexpr std::array<ForwardedFlag, 17> kCoordinatorLimitFlags = {{
+inline constexpr std::array<ForwardedFlag, 16> kCoordinatorLimitFlags = {{
     {"max-queued-requests", true, "requests waiting per replica at most"},
     {"max-queued-tokens", true, "prompt tokens waiting per replica at most"},
     {"max-concurrent-streams", true, "Generate and GenerateStream calls served at once"},
@@ -30,7 +30,6 @@ inline constexpr std::array<ForwardedFlag, 17> kCoordinatorLimitFlags = {{
     {"drain-timeout-seconds", true, "how long running requests may finish on SIGTERM"},
     {"max-connections", true, "open connections of the public APIs at most"},
     {"cluster-max-connections", true, "open connections of the cluster port at most"},
-    {"metrics-max-connections", true, "open connections of the metrics port at most"},
     {"handshake-timeout-seconds", true, "time a new connection has to finish its TLS handshake"},
     {"header-timeout-seconds", true, "time a client has to send its request headers"},
     {"idle-timeout-seconds", true, "time an idle connection is kept"},

@@ -26,6 +26,7 @@
 #include "gtest/gtest.h"
 #include "tests/e2e/http_get.h"
 #include "tests/e2e/serving_util.h"
+#include "tests/support/sanitizers.h"
 #include "tests/support/ssl_credentials.h"
 #include "tests/support/test_certs.h"
 
@@ -217,17 +218,21 @@ TEST(FrontDoorAttackTest, TlsConnectionsThatNeverHandshakeGiveTheirMemoryBack) {
     const uint64_t held_rss = ProcStatusBytes(pid);
     EXPECT_GT(TimedGenerate(*cluster), 0) << "while " << conns.size() << " " << name << " connections were open";
     CloseAll(conns);
+    // Settled: close to where it started (the trim runs within about a second of the last
+    // close); the bound asserted is the 200 MB.
     uint64_t after_rss = 0;
-    const bool back = WaitFor(
+    WaitFor(
         [&] {
           after_rss = ProcStatusBytes(pid);
-          return after_rss < start_rss + (200u << 20);
+          return after_rss < start_rss + (50u << 20);
         },
         seconds(15));
+    const bool back = after_rss < start_rss + (200u << 20);
     std::printf("%s: 10,000 connections that never handshake: RSS %.0f MB at start, %.0f MB while open, %.0f MB "
                 "after they closed\n",
                 name, start_rss / 1e6, held_rss / 1e6, after_rss / 1e6);
-    EXPECT_TRUE(back) << name << ": RSS " << after_rss / 1e6 << " MB after the connections closed, " << start_rss / 1e6
+    // ASan's allocator quarantines what is freed: the bound measures ASan there.
+    if (!kUnderAddressSanitizer) EXPECT_TRUE(back) << name << ": RSS " << after_rss / 1e6 << " MB after the connections closed, " << start_rss / 1e6
                       << " MB at start";
   }
   EXPECT_GT(TimedGenerate(*cluster), 0);

@@ -14,6 +14,7 @@
 #include "gtest/gtest.h"
 #include "tests/e2e/http_get.h"
 #include "tests/e2e/serving_util.h"
+#include "tests/support/sanitizers.h"
 
 namespace tessera::testing {
 namespace {
@@ -48,6 +49,9 @@ uint64_t WaitForRss(pid_t pid, uint64_t limit, std::chrono::seconds within) {
 // back to within 200 MB of where it started (3.85 GB stayed held before).
 TEST(InputLimitsTest, ConcurrentHugeTokenizeIsBoundedAndGivesMemoryBack) {
   TESSERA_REQUIRE_STORIES_MODEL();
+  // What it measures is RSS, which ASan's allocator decides there; and four 50 MB inputs
+  // take most of the test's time limit under ASan.
+  if (kUnderAddressSanitizer) GTEST_SKIP() << "memory bounds are measured in the Release suite";
   ClusterOptions options;
   options.coordinator_flags = {"--max-input-bytes=67108864"};
   auto cluster = StartStories(/*tp=*/1, 1, options);
@@ -102,11 +106,11 @@ TEST(InputLimitsTest, ConcurrentHugeTokenizeIsBoundedAndGivesMemoryBack) {
   EXPECT_GE(answered, 1);
   std::printf("coordinator: RSS before %.0f MiB (peak before %.0f MiB), peak during %.0f MiB, %d of 4 answered\n",
               start_rss / double(kMiB), start_hwm / double(kMiB), peak / double(kMiB), answered);
-  EXPECT_LT(peak, 1000 * kMiB);
+  if (!kUnderAddressSanitizer) EXPECT_LT(peak, 1000 * kMiB);
 
   const uint64_t after = WaitForRss(pid, start_rss + 200 * kMiB, std::chrono::seconds(10));
   std::printf("coordinator: RSS after %.0f MiB\n", after / double(kMiB));
-  EXPECT_LE(after, start_rss + 200 * kMiB);
+  if (!kUnderAddressSanitizer) EXPECT_LE(after, start_rss + 200 * kMiB);
 
   UnaryResult small = RunUnary(cluster->api(), GreedyText("Once upon a time", 4));
   EXPECT_TRUE(small.status.ok()) << small.status.error_message();
@@ -140,7 +144,7 @@ TEST(InputLimitsTest, HttpJsonShapeAndContentType) {
   uint64_t peak = ProcStatusBytes(pid, "VmHWM");
   std::printf("coordinator: RSS before %.0f MiB, peak after the deep body %.0f MiB\n", start_rss / double(kMiB),
               peak / double(kMiB));
-  EXPECT_LT(peak, start_rss + 400 * kMiB);
+  if (!kUnderAddressSanitizer) EXPECT_LT(peak, start_rss + 400 * kMiB);
 
   {
     std::string flat = R"({"prompt": "Once upon a time", "max_tokens": 4, "junk": [1)";
@@ -153,10 +157,10 @@ TEST(InputLimitsTest, HttpJsonShapeAndContentType) {
   }
   peak = ProcStatusBytes(pid, "VmHWM");
   std::printf("coordinator: peak after the flat body %.0f MiB\n", peak / double(kMiB));
-  EXPECT_LT(peak, start_rss + 400 * kMiB);
+  if (!kUnderAddressSanitizer) EXPECT_LT(peak, start_rss + 400 * kMiB);
   const uint64_t after = WaitForRss(pid, start_rss + 100 * kMiB, std::chrono::seconds(10));
   std::printf("coordinator: RSS after %.0f MiB\n", after / double(kMiB));
-  EXPECT_LE(after, start_rss + 100 * kMiB);
+  if (!kUnderAddressSanitizer) EXPECT_LE(after, start_rss + 100 * kMiB);
 
   HttpResponse plain = HttpRequest(http_port, "POST", "/v1/completions", completion, "", 60, "text/plain");
   EXPECT_EQ(plain.status, 415) << plain.body;

@@ -63,33 +63,141 @@ absl::StatusOr<bool> ReadBool(const Json& j, absl::string_view source, const cha
   return it->get<bool>();
 }
 
-// Biases and sliding windows, which differ by architecture:
-// - Llama: "attention_bias" puts biases on q, k, v and o; no sliding window.
-// - Mistral: no biases; "sliding_window" (null: none) on every layer.
-// - Qwen2: q/k/v biases always, none on o; a window only with "use_sliding_window", on
-//   layers >= "max_window_layers" (as transformers' Qwen2 layer_types).
-absl::Status ReadAttentionVariant(const Json& j, absl::string_view source, bool qwen2,
-                                  bool mistral, ModelConfig* c) {
+// The architectures and what sets them apart from Llama.
+struct Family {
+  // q/k/v biases always (Qwen2, Qwen2-MoE); otherwise "attention_bias" sets q/k/v and o
+  // biases (Llama, Qwen3, Qwen3-MoE), and Mistral/Mixtral have none.
+  bool qkv_bias_always = false;
+  bool attention_bias_field = true;
+  // Window from "sliding_window" on every layer (Mistral, Mixtral) or, with
+  // "use_sliding_window", on layers >= "max_window_layers" (the Qwen family).
+  bool mistral_window = false;
+  bool qwen_window = false;
+  bool qk_norm = false;  // Qwen3, Qwen3-MoE.
+  bool qwen_tokenizer = false;  // Adds no BOS.
+  enum class Moe { kNone, kMixtral, kQwen } moe = Moe::kNone;
+  bool shared_expert = false;  // Qwen2-MoE.
+  const char* model_type = "llama";
+};
+
+absl::StatusOr<Family> FamilyOf(const std::string& architecture, absl::string_view source) {
+  Family f;
+  if (architecture == "LlamaForCausalLM") return f;
+  if (architecture == "MistralForCausalLM" || architecture == "MixtralForCausalLM") {
+    f.attention_bias_field = false;
+    f.mistral_window = true;
+    f.model_type = "mistral";
+    if (architecture == "MixtralForCausalLM") {
+      f.moe = Family::Moe::kMixtral;
+      f.model_type = "mixtral";
+    }
+    return f;
+  }
+  f.qwen_window = true;
+  f.qwen_tokenizer = true;
+  if (architecture == "Qwen2ForCausalLM" || architecture == "Qwen2MoeForCausalLM") {
+    f.qkv_bias_always = true;
+    f.attention_bias_field = false;
+    f.model_type = "qwen2";
+    if (architecture == "Qwen2MoeForCausalLM") {
+      f.moe = Family::Moe::kQwen;
+      f.shared_expert = true;
+      f.model_type = "qwen2_moe";
+    }
+    return f;
+  }
+  if (architecture == "Qwen3ForCausalLM" || architecture == "Qwen3MoeForCausalLM") {
+    f.qk_norm = true;
+    f.model_type = "qwen3";
+    if (architecture == "Qwen3MoeForCausalLM") {
+      f.moe = Family::Moe::kQwen;
+      f.model_type = "qwen3_moe";
+    }
+    return f;
+  }
+  return Invalid(source, absl::StrCat("unsupported architecture \"", architecture,
+                                      "\" (supported: LlamaForCausalLM, MistralForCausalLM, "
+                                      "MixtralForCausalLM, Qwen2ForCausalLM, "
+                                      "Qwen2MoeForCausalLM, Qwen3ForCausalLM, "
+                                      "Qwen3MoeForCausalLM)"));
+}
+
+// Biases and sliding windows, which differ by family (see Family).
+absl::Status ReadAttentionVariant(const Json& j, absl::string_view source, const Family& f,
+                                  ModelConfig* c) {
   ASSIGN_OR_RETURN(const bool mlp_bias, ReadBool(j, source, "mlp_bias", false));
   if (mlp_bias) return Invalid(source, "mlp_bias true is not supported (no MLP biases)");
-  if (qwen2) {
+  if (f.qkv_bias_always) {
     c->qkv_bias = true;
-  } else if (!mistral) {
+  } else if (f.attention_bias_field) {
     ASSIGN_OR_RETURN(const bool attention_bias, ReadBool(j, source, "attention_bias", false));
     c->qkv_bias = c->o_bias = attention_bias;
   }
-  bool windowed = mistral;
-  if (qwen2) {
+  c->qk_norm = f.qk_norm;
+  bool windowed = f.mistral_window;
+  if (f.qwen_window) {
     ASSIGN_OR_RETURN(windowed, ReadBool(j, source, "use_sliding_window", false));
   }
   if (!windowed) return absl::OkStatus();
-  RETURN_IF_ERROR(ReadInt(j, source, "sliding_window", /*required=*/qwen2, &c->sliding_window));
-  if (qwen2) {
+  RETURN_IF_ERROR(ReadInt(j, source, "sliding_window", /*required=*/f.qwen_window,
+                          &c->sliding_window));
+  if (f.qwen_window) {
     c->first_window_layer = 28;  // transformers' Qwen2Config default.
     RETURN_IF_ERROR(ReadInt(j, source, "max_window_layers", false, &c->first_window_layer));
     if (c->sliding_window == 0) {
       return Invalid(source, "use_sliding_window is true but \"sliding_window\" is 0");
     }
+  }
+  return absl::OkStatus();
+}
+
+// The expert fields: Mixtral's num_local_experts (all layers sparse, always renormalised)
+// or Qwen's num_experts, moe_intermediate_size, norm_topk_prob, decoder_sparse_step,
+// mlp_only_layers and (Qwen2-MoE) shared_expert_intermediate_size.
+absl::Status ReadMoe(const Json& j, absl::string_view source, const Family& f, ModelConfig* c) {
+  if (f.moe == Family::Moe::kNone) return absl::OkStatus();
+  MoeConfig& m = c->moe;
+  const bool mixtral = f.moe == Family::Moe::kMixtral;
+  absl::Status s;
+  s.Update(ReadInt(j, source, mixtral ? "num_local_experts" : "num_experts", true,
+                   &m.num_experts));
+  s.Update(ReadInt(j, source, "num_experts_per_tok", true, &m.top_k));
+  if (mixtral) {
+    m.intermediate_size = c->intermediate_size;
+  } else {
+    s.Update(ReadInt(j, source, "moe_intermediate_size", true, &m.intermediate_size));
+    s.Update(ReadInt(j, source, "decoder_sparse_step", false, &m.sparse_step));
+    auto normalize = ReadBool(j, source, "norm_topk_prob", false);
+    if (normalize.ok()) m.normalize_top_k = *normalize;
+    s.Update(normalize.status());
+    if (auto it = j.find("mlp_only_layers"); it != j.end() && !it->is_null()) {
+      if (!it->is_array()) return Invalid(source, "\"mlp_only_layers\" must be a list of layers");
+      for (const auto& e : *it) {
+        if (!e.is_number_integer() || e.get<int64_t>() < 0 ||
+            e.get<int64_t>() >= c->num_hidden_layers) {
+          return Invalid(source, absl::StrCat("\"mlp_only_layers\" holds ", e.dump(),
+                                              ", not a layer of 0..", c->num_hidden_layers - 1));
+        }
+        m.dense_layers.push_back(e.get<int>());
+      }
+    }
+    if (f.shared_expert) {
+      s.Update(ReadInt(j, source, "shared_expert_intermediate_size", true,
+                       &m.shared_intermediate_size));
+    }
+  }
+  if (!s.ok()) return s;
+  if (m.num_experts <= 0) return Invalid(source, "the number of experts must be positive");
+  if (m.top_k <= 0 || m.top_k > m.num_experts) {
+    return Invalid(source, absl::StrCat("num_experts_per_tok ", m.top_k, " must be in 1..",
+                                        m.num_experts, " (the number of experts)"));
+  }
+  RETURN_IF_ERROR(Positive(source, mixtral ? "intermediate_size" : "moe_intermediate_size",
+                           m.intermediate_size));
+  RETURN_IF_ERROR(Positive(source, "decoder_sparse_step", m.sparse_step));
+  if (f.shared_expert) {
+    RETURN_IF_ERROR(Positive(source, "shared_expert_intermediate_size",
+                             m.shared_intermediate_size));
   }
   return absl::OkStatus();
 }
@@ -104,14 +212,8 @@ absl::StatusOr<ModelConfig> ModelConfig::FromJson(absl::string_view text, absl::
     if (!(*it)[0].is_string()) return Invalid(source, "\"architectures\" must hold strings");
     c.architecture = (*it)[0].get<std::string>();
   }
-  const bool qwen2 = c.architecture == "Qwen2ForCausalLM";
-  const bool mistral = c.architecture == "MistralForCausalLM";
-  if (c.architecture != "LlamaForCausalLM" && !mistral && !qwen2) {
-    return Invalid(source, absl::StrCat("unsupported architecture \"", c.architecture,
-                                        "\" (supported: LlamaForCausalLM, MistralForCausalLM, "
-                                        "Qwen2ForCausalLM)"));
-  }
-  if (qwen2) c.bos_token_id = -1;  // Qwen2 tokenizers add no BOS.
+  ASSIGN_OR_RETURN(const Family family, FamilyOf(c.architecture, source));
+  if (family.qwen_tokenizer) c.bos_token_id = -1;  // Qwen tokenizers add no BOS.
   if (auto it = j.find("bos_token_id"); it != j.end() && it->is_null()) c.bos_token_id = -1;
   absl::Status s;
   s.Update(ReadInt(j, source, "hidden_size", true, &c.hidden_size));
@@ -159,7 +261,7 @@ absl::StatusOr<ModelConfig> ModelConfig::FromJson(absl::string_view text, absl::
     return Invalid(source, "partial_rotary_factor " + it->dump() +
                                " is not supported (only 1: RoPE over the whole head)");
   }
-  RETURN_IF_ERROR(ReadAttentionVariant(j, source, qwen2, mistral, &c));
+  RETURN_IF_ERROR(ReadAttentionVariant(j, source, family, &c));
   if (auto it = j.find("hidden_act"); it != j.end() && it->is_string() &&
       it->get<std::string>() != "silu") {
     return Invalid(source, "unsupported hidden_act " + it->dump() + " (only silu)");
@@ -194,6 +296,7 @@ absl::StatusOr<ModelConfig> ModelConfig::FromJson(absl::string_view text, absl::
   }
   if (!(c.rms_norm_eps > 0)) return Invalid(source, "rms_norm_eps must be positive");
   if (!(c.rope_theta > 0)) return Invalid(source, "rope_theta must be positive");
+  RETURN_IF_ERROR(ReadMoe(j, source, family, &c));
   if (c.eos_token_ids.empty()) c.eos_token_ids.push_back(2);
   for (int id : c.eos_token_ids) {
     if (id < 0 || id >= c.vocab_size) {
@@ -211,10 +314,9 @@ absl::StatusOr<ModelConfig> ModelConfig::Load(const std::filesystem::path& model
 
 std::string ModelConfig::ToJson() const {
   Json j;
-  const bool qwen2 = architecture == "Qwen2ForCausalLM";
-  const bool mistral = architecture == "MistralForCausalLM";
+  const Family f = FamilyOf(architecture, "ToJson").value_or(Family{});
   j["architectures"] = {architecture};
-  j["model_type"] = qwen2 ? "qwen2" : mistral ? "mistral" : "llama";
+  j["model_type"] = f.model_type;
   j["hidden_size"] = hidden_size;
   j["intermediate_size"] = intermediate_size;
   j["num_attention_heads"] = num_attention_heads;
@@ -228,15 +330,26 @@ std::string ModelConfig::ToJson() const {
   j["rope_scaling"] = rope_scaling.ToJson();
   j["hidden_act"] = "silu";
   j["tie_word_embeddings"] = tie_word_embeddings;
-  if (qwen2) {
-    // Qwen2's biases are implied by the architecture; a window needs use_sliding_window.
+  if (f.qwen_window) {
+    // Qwen's windows need use_sliding_window; Qwen2's biases are implied by the architecture.
     j["use_sliding_window"] = sliding_window > 0;
     j["sliding_window"] = sliding_window > 0 ? Json(sliding_window) : Json(nullptr);
     j["max_window_layers"] = first_window_layer;
-  } else if (mistral) {
+  } else if (f.mistral_window) {
     j["sliding_window"] = sliding_window > 0 ? Json(sliding_window) : Json(nullptr);
-  } else {
-    j["attention_bias"] = qkv_bias;
+  }
+  if (f.attention_bias_field) j["attention_bias"] = qkv_bias;
+  if (f.moe == Family::Moe::kMixtral) {
+    j["num_local_experts"] = moe.num_experts;
+    j["num_experts_per_tok"] = moe.top_k;
+  } else if (f.moe == Family::Moe::kQwen) {
+    j["num_experts"] = moe.num_experts;
+    j["num_experts_per_tok"] = moe.top_k;
+    j["moe_intermediate_size"] = moe.intermediate_size;
+    j["norm_topk_prob"] = moe.normalize_top_k;
+    j["decoder_sparse_step"] = moe.sparse_step;
+    j["mlp_only_layers"] = moe.dense_layers;
+    if (f.shared_expert) j["shared_expert_intermediate_size"] = moe.shared_intermediate_size;
   }
   j["bos_token_id"] = bos_token_id >= 0 ? Json(bos_token_id) : Json(nullptr);
   if (eos_token_ids.size() == 1) {
@@ -250,15 +363,56 @@ std::string ModelConfig::ToJson() const {
   return j.dump(2) + "\n";
 }
 
+bool ModelConfig::IsMoeLayer(int layer) const {
+  if (moe.num_experts <= 0 || (layer + 1) % moe.sparse_step != 0) return false;
+  for (int dense : moe.dense_layers) {
+    if (dense == layer) return false;
+  }
+  return true;
+}
+
+int ModelConfig::NumMoeLayers() const {
+  int n = 0;
+  for (int l = 0; l < num_hidden_layers; ++l) n += IsMoeLayer(l) ? 1 : 0;
+  return n;
+}
+
+namespace {
+
+// Parameters of everything but the MLPs, and of one dense MLP of `inter`.
+int64_t NonMlpParameters(const ModelConfig& c) {
+  const int64_t h = c.hidden_size, d = c.head_dim;
+  const int64_t attn = h * c.num_attention_heads * d * 2 + h * c.num_key_value_heads * d * 2;
+  const int64_t biases =
+      (c.qkv_bias ? (c.num_attention_heads + 2 * c.num_key_value_heads) * d : 0) +
+      (c.o_bias ? h : 0);
+  const int64_t norms = 2 * h + (c.qk_norm ? 2 * d : 0);
+  const int64_t embed = static_cast<int64_t>(c.vocab_size) * h;
+  return (attn + biases + norms) * c.num_hidden_layers + embed * (c.tie_word_embeddings ? 1 : 2) +
+         h;
+}
+
+// MLP parameters over all layers when `experts` of the experts count.
+int64_t MlpParameters(const ModelConfig& c, int experts) {
+  const int64_t h = c.hidden_size;
+  const int moe_layers = c.NumMoeLayers();
+  const int64_t dense = 3 * h * c.intermediate_size * (c.num_hidden_layers - moe_layers);
+  const int64_t per_moe_layer = experts * 3 * h * c.moe.intermediate_size +
+                                c.moe.num_experts * h +  // The router.
+                                (c.moe.shared_intermediate_size > 0
+                                     ? 3 * h * c.moe.shared_intermediate_size + h
+                                     : 0);
+  return dense + per_moe_layer * moe_layers;
+}
+
+}  // namespace
+
 int64_t ModelConfig::NumParameters() const {
-  const int64_t h = hidden_size, i = intermediate_size, d = head_dim;
-  const int64_t attn = h * num_attention_heads * d * 2 + h * num_key_value_heads * d * 2;
-  const int64_t mlp = 3 * h * i;
-  const int64_t biases = (qkv_bias ? (num_attention_heads + 2 * num_key_value_heads) * d : 0) +
-                         (o_bias ? h : 0);
-  const int64_t per_layer = attn + biases + mlp + 2 * h;
-  const int64_t embed = static_cast<int64_t>(vocab_size) * h;
-  return per_layer * num_hidden_layers + embed * (tie_word_embeddings ? 1 : 2) + h;
+  return NonMlpParameters(*this) + MlpParameters(*this, moe.num_experts);
+}
+
+int64_t ModelConfig::NumActiveParameters() const {
+  return NonMlpParameters(*this) + MlpParameters(*this, moe.top_k);
 }
 
 }  // namespace tessera

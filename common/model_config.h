@@ -12,8 +12,29 @@
 
 namespace tessera {
 
+// The mixture-of-experts block of Mixtral, Qwen2-MoE and Qwen3-MoE (transformers'
+// *SparseMoeBlock): a router picks `top_k` of `num_experts` SwiGLU experts per token
+// (softmax over the router logits, the top k with ties to the lower expert id, optionally
+// renormalised to sum 1) and sums their outputs weighted by those probabilities.
+struct MoeConfig {
+  int num_experts = 0;  // 0: a dense model.
+  int top_k = 0;
+  int intermediate_size = 0;  // Of one expert.
+  // Divide the top-k probabilities by their sum (Mixtral always; Qwen: norm_topk_prob).
+  bool normalize_top_k = true;
+  // Layer l is sparse when (l + 1) % sparse_step == 0 and l is not in dense_layers
+  // (Qwen's decoder_sparse_step and mlp_only_layers); the others keep a dense MLP of
+  // ModelConfig::intermediate_size.
+  int sparse_step = 1;
+  std::vector<int> dense_layers;
+  // Qwen2-MoE: a shared expert of this size every token passes through, its output scaled
+  // by sigmoid(shared_expert_gate . x). 0: none.
+  int shared_intermediate_size = 0;
+};
+
 // The fields of a Hugging Face `config.json` that the forward pass of the Llama family
-// (LlamaForCausalLM, MistralForCausalLM, Qwen2ForCausalLM) needs.
+// (LlamaForCausalLM, MistralForCausalLM, Qwen2ForCausalLM, Qwen3ForCausalLM) and its
+// mixtures of experts (MixtralForCausalLM, Qwen2MoeForCausalLM, Qwen3MoeForCausalLM) needs.
 struct ModelConfig {
   std::string architecture = "LlamaForCausalLM";
   int hidden_size = 0;
@@ -38,6 +59,9 @@ struct ModelConfig {
   // wholly behind the window are not freed yet: cache use is that of full attention.
   int sliding_window = 0;
   int first_window_layer = 0;
+  // Qwen3: an RMSNorm over each query and key head (weights [head_dim]) before RoPE.
+  bool qk_norm = false;
+  MoeConfig moe;
   int bos_token_id = 1;  // -1: the model has none (Qwen2 adds no BOS).
   std::vector<int> eos_token_ids;  // Llama 3 lists several.
   DType torch_dtype = DType::kF32;
@@ -59,8 +83,16 @@ struct ModelConfig {
     return ComputeRopeFrequencies(rope_scaling, head_dim, rope_theta, max_position_embeddings);
   }
 
-  // Number of parameters (lm_head counted unless tied).
+  bool is_moe() const { return moe.num_experts > 0; }
+  // Whether layer `layer`'s MLP is a mixture of experts.
+  bool IsMoeLayer(int layer) const;
+  int NumMoeLayers() const;
+
+  // Number of parameters (lm_head counted unless tied), every expert included.
   int64_t NumParameters() const;
+  // Parameters one token's forward pass reads: the routed experts only (top_k of
+  // num_experts per sparse layer). Equals NumParameters() for a dense model.
+  int64_t NumActiveParameters() const;
 };
 
 }  // namespace tessera

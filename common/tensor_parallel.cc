@@ -10,7 +10,8 @@ Range EvenSplit(int64_t n, int rank, int world) {
   return {begin, begin + base + (rank < extra ? 1 : 0)};
 }
 
-absl::StatusOr<ShardLayout> ShardLayout::Make(const ModelConfig& c, int rank, int world) {
+absl::StatusOr<ShardLayout> ShardLayout::Make(const ModelConfig& c, int rank, int world,
+                                              bool expert_parallel) {
   if (world <= 0 || rank < 0 || rank >= world) {
     return absl::InvalidArgumentError(
         absl::StrCat("invalid tensor-parallel rank ", rank, " of world size ", world));
@@ -41,6 +42,42 @@ absl::StatusOr<ShardLayout> ShardLayout::Make(const ModelConfig& c, int rank, in
   }
   s.intermediate = EvenSplit(c.intermediate_size, rank, world);
   s.vocab = EvenSplit(c.vocab_size, rank, world);
+  if (!c.is_moe()) {
+    if (expert_parallel) {
+      return absl::InvalidArgumentError(
+          "expert parallelism needs a mixture-of-experts model; this one is dense");
+    }
+    return s;
+  }
+  const MoeConfig& m = c.moe;
+  s.expert_parallel = expert_parallel;
+  if (expert_parallel) {
+    if (m.num_experts % world != 0) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "expert parallelism over ", world, " ranks needs num_experts to be a multiple of ",
+          world, ": ", m.num_experts, " experts would leave ", m.num_experts % world,
+          " over (", m.num_experts / world, " or ", m.num_experts / world + 1,
+          " per rank); use another tp or tensor-parallel experts"));
+    }
+    s.experts = EvenSplit(m.num_experts, rank, world);
+    s.expert_intermediate = {0, m.intermediate_size};
+  } else {
+    if (m.intermediate_size < world) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "tp=", world, " is larger than the experts' intermediate size ", m.intermediate_size,
+          "; use expert parallelism"));
+    }
+    s.experts = {0, m.num_experts};
+    s.expert_intermediate = EvenSplit(m.intermediate_size, rank, world);
+  }
+  if (m.shared_intermediate_size > 0) {
+    if (m.shared_intermediate_size < world) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "tp=", world, " is larger than the shared expert's intermediate size ",
+          m.shared_intermediate_size));
+    }
+    s.shared_intermediate = EvenSplit(m.shared_intermediate_size, rank, world);
+  }
   return s;
 }
 

@@ -14,6 +14,11 @@ Range EvenSplit(int64_t n, int rank, int world);
 // Query heads split evenly (they must divide); KV heads split when there are at least
 // `world` of them, else each is replicated over world / num_kv_heads ranks. The MLP's
 // intermediate dimension and the vocabulary split unevenly when they must.
+// Experts of a mixture of experts either split like a dense MLP, each expert's
+// intermediate dimension across the ranks (tensor-parallel experts), or, with
+// `expert_parallel`, whole experts go to ranks, num_experts / world each (an uneven count
+// is refused). Either way each rank's partial MLP output is completed by the same
+// all-reduce as a dense MLP's. A shared expert (Qwen2-MoE) always splits like a dense MLP.
 struct ShardLayout {
   int rank = 0;
   int world = 1;
@@ -21,8 +26,13 @@ struct ShardLayout {
   Range kv_heads;  // KV heads of this rank (global indices).
   Range intermediate;
   Range vocab;
+  bool expert_parallel = false;
+  Range experts;              // Experts held by this rank (global ids).
+  Range expert_intermediate;  // This rank's slice of each held expert.
+  Range shared_intermediate;  // This rank's slice of the shared expert.
 
-  static absl::StatusOr<ShardLayout> Make(const ModelConfig& config, int rank, int world);
+  static absl::StatusOr<ShardLayout> Make(const ModelConfig& config, int rank, int world,
+                                          bool expert_parallel = false);
 };
 
 }  // namespace tessera

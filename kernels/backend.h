@@ -101,6 +101,20 @@ struct AttentionBatch {
   int num_decode_seqs = 0;
 };
 
+// One rank's experts of one mixture-of-experts layer (Backend::MoeExperts). With tensor-
+// parallel experts every rank holds every expert, each cut to its slice of the intermediate
+// dimension; with expert parallelism a rank holds whole experts, a contiguous run of them.
+struct ExpertWeights {
+  int first_expert = 0;  // Global id of the first expert held here.
+  int num_local = 0;     // Experts [first_expert, first_expert + num_local) live here.
+  int intermediate = 0;  // Of each expert, this rank's slice.
+  // Host arrays of num_local views (their data in backend memory), all of one dtype:
+  // gate_up[e] [2 * intermediate, hidden] (the gate rows, then the up rows) and down[e]
+  // [hidden, intermediate].
+  const MatrixView* gate_up = nullptr;
+  const MatrixView* down = nullptr;
+};
+
 // One row of sampling where the logits live (Backend::SampleOnDevice): the fields of
 // SamplingParams (common/sampling_params.h), the seed already combined with the step, and
 // the row's entries [penalty_begin, penalty_end) of the flat penalty arrays (the distinct
@@ -205,6 +219,35 @@ class Backend {
 
   // y[i] += x[i] for i < n, both activations.
   virtual void Add(void* y, const void* x, size_t n) = 0;
+
+  // ---- Qwen3 and mixtures of experts.
+  // RMSNorm of each head, in place: the first `num_heads` heads (head_dim elements each) of
+  // every row of x (activations, rows of `row_stride` elements) become
+  // head / sqrt(mean(head^2) + eps) * weight, weight [head_dim] float32 (Qwen3's q_norm and
+  // k_norm, before RoPE).
+  virtual void HeadRmsNorm(void* x, int n, int row_stride, int num_heads, int head_dim,
+                           const float* weight, float eps) = 0;
+
+  // The router: per row of router_logits [n, num_experts] (float32), the softmax's top_k
+  // experts in descending probability (equal probabilities: the lower expert id first) and
+  // their probabilities, divided by their sum when `renormalize`. expert_ids [n, top_k]
+  // int32 and weights [n, top_k] float32, backend memory.
+  virtual void MoeRoute(const float* router_logits, int n, int num_experts, int top_k,
+                        bool renormalize, int32_t* expert_ids, float* weights) = 0;
+
+  // The experts held here: out[i, :] = sum over j < top_k whose expert e = expert_ids[i, j]
+  // is held in `experts` of weights[i, j] * down_e(silu(gate_e(x[i])) * up_e(x[i])); zeros
+  // where no routed expert is held here (expert parallelism: the all-reduce completes it).
+  // x, out [n, hidden] activations; expert_ids and weights as MoeRoute writes them. Only the
+  // weights of experts that some row was routed to are read.
+  virtual void MoeExperts(const void* x, int n, int hidden, const int32_t* expert_ids,
+                          const float* weights, int top_k, const ExpertWeights& experts,
+                          void* out) = 0;
+
+  // y[i, :] += sigmoid(gate_logits[i]) * x[i, :]: Qwen2-MoE's gated shared expert. y, x
+  // [n, dim] activations; gate_logits [n] float32.
+  virtual void AddSigmoidGated(void* y, const void* x, const float* gate_logits, int n,
+                               int dim) = 0;
 
   // ---- Graphs (CUDA): the ops queued between BeginCapture and EndCapture are recorded,
   // not run, and LaunchGraph replays them with one launch. Pointers and shapes are baked

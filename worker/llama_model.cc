@@ -133,7 +133,8 @@ absl::StatusOr<std::unique_ptr<LlamaModel>> LlamaModel::Load(const std::filesyst
   auto model = std::unique_ptr<LlamaModel>(new LlamaModel());
   ASSIGN_OR_RETURN(model->config_, ModelConfig::Load(model_dir));
   ASSIGN_OR_RETURN(model->layout_,
-                   ShardLayout::Make(model->config_, comm->rank(), comm->world_size()));
+                   ShardLayout::Make(model->config_, comm->rank(), comm->world_size(),
+                                     options.expert_parallel));
   ASSIGN_OR_RETURN(std::unique_ptr<Checkpoint> checkpoint, Checkpoint::Open(model_dir));
   model->options_ = options;
   ASSIGN_OR_RETURN(model->weights_, LoadModelWeights(*checkpoint, model->config_, model->layout_,
@@ -184,7 +185,9 @@ absl::Status LlamaModel::EnsureWorkspace(int tokens, int seqs, int blocks, int n
   num_logits = std::max(num_logits, w.logits);
   const size_t h = config_.hidden_size, hd = config_.head_dim;
   const size_t nq = layout_.q_heads.size(), nkv = layout_.kv_heads.size();
-  const size_t inter = layout_.intermediate.size();
+  // The gate/up and activation buffers also serve the shared expert of a MoE layer.
+  const size_t inter = std::max<size_t>(layout_.intermediate.size(),
+                                        layout_.shared_intermediate.size());
   const size_t vocab_max = EvenSplit(config_.vocab_size, 0, layout_.world).size();
   // The residual stream and the logits are float32; the other activations are in the
   // backend's activation dtype (BF16 on CUDA by default).
@@ -198,6 +201,16 @@ absl::Status LlamaModel::EnsureWorkspace(int tokens, int seqs, int blocks, int n
   RETURN_IF_ERROR(Reserve(backend_, &w.gate_up, t * 2 * inter * a, "gate/up"));
   RETURN_IF_ERROR(Reserve(backend_, &w.act, t * inter * a, "MLP activation"));
   RETURN_IF_ERROR(Reserve(backend_, &w.selected, num_logits * h * a, "logit rows"));
+  if (config_.is_moe()) {
+    const size_t experts = config_.moe.num_experts, top_k = config_.moe.top_k;
+    RETURN_IF_ERROR(Reserve(backend_, &w.router_logits, t * experts * f, "router logits"));
+    RETURN_IF_ERROR(Reserve(backend_, &w.expert_ids, t * top_k * sizeof(int32_t), "expert ids"));
+    RETURN_IF_ERROR(Reserve(backend_, &w.expert_weights, t * top_k * f, "expert weights"));
+    if (config_.moe.shared_intermediate_size > 0) {
+      RETURN_IF_ERROR(Reserve(backend_, &w.shared_out, t * h * a, "shared expert output"));
+      RETURN_IF_ERROR(Reserve(backend_, &w.shared_gate, t * f, "shared expert gate"));
+    }
+  }
   RETURN_IF_ERROR(Reserve(backend_, &w.logits_local,
                           num_logits * vocab_max * f * (world + 1), "logits"));
   // Token ids, positions, slots (8 bytes), query starts, context lengths, block tables,
@@ -304,6 +317,11 @@ absl::Status LlamaModel::EnqueueStep(const StepView& step, KvCache* cache,
     }
     be.Gemm(normed, n, lw.qkv.view, qkv);
     if (lw.qkv_bias.get() != nullptr) be.AddBias(qkv, lw.qkv_bias.as<float>(), n, qkv_dim);
+    if (lw.q_norm.get() != nullptr) {
+      be.HeadRmsNorm(qkv, n, qkv_dim, nq, hd, lw.q_norm.as<float>(), eps);
+      be.HeadRmsNorm(qkv + static_cast<size_t>(nq) * hd * act, n, qkv_dim, nkv, hd,
+                     lw.k_norm.as<float>(), eps);
+    }
     be.Rope(qkv, n, qkv_dim, step.positions, nq, nkv, hd, rope_inv_freq_.as<float>(),
             rope_scale_);
     attn_batch.sliding_window = config_.SlidingWindowOf(l);
@@ -316,9 +334,13 @@ absl::Status LlamaModel::EnqueueStep(const StepView& step, KvCache* cache,
     RETURN_IF_ERROR(comm_->AllReduceSum(proj, static_cast<size_t>(n) * h, act_dtype));
     if (lw.o_bias.get() != nullptr) be.AddBias(proj, lw.o_bias.as<float>(), n, h);
     be.AddRmsNorm(hidden, proj, lw.post_norm.as<float>(), n, h, eps, normed);
-    be.Gemm(normed, n, lw.gate_up.view, gate_up);
-    be.SiluMul(gate_up, n, inter, mlp);
-    be.Gemm(mlp, n, lw.down.view, proj);
+    if (lw.is_moe()) {
+      EnqueueMoe(lw, n, normed, proj);
+    } else {
+      be.Gemm(normed, n, lw.gate_up.view, gate_up);
+      be.SiluMul(gate_up, n, inter, mlp);
+      be.Gemm(mlp, n, lw.down.view, proj);
+    }
     RETURN_IF_ERROR(comm_->AllReduceSum(proj, static_cast<size_t>(n) * h, act_dtype));
   }
   const int rows = static_cast<int>(logits_rows.size());
@@ -352,6 +374,29 @@ absl::Status LlamaModel::EnqueueStep(const StepView& step, KvCache* cache,
     }
   }
   return comm_->AllGather(padded, rows * vmax, gathered);
+}
+
+void LlamaModel::EnqueueMoe(const LayerWeights& lw, int n, const void* normed, void* out) {
+  kernels::Backend& be = *backend_;
+  Workspace& w = ws_;
+  const MoeConfig& m = config_.moe;
+  const int h = config_.hidden_size;
+  // Every rank routes every token (the router is whole everywhere, so all agree); each
+  // then runs the experts it holds, or its slice of every expert, and the all-reduce that
+  // follows sums the parts, as for a dense MLP.
+  float* router_logits = w.router_logits.as<float>();
+  int32_t* ids = w.expert_ids.as<int32_t>();
+  float* weights = w.expert_weights.as<float>();
+  be.Gemm(normed, n, lw.router.view, router_logits, DType::kF32);
+  be.MoeRoute(router_logits, n, m.num_experts, m.top_k, m.normalize_top_k, ids, weights);
+  be.MoeExperts(normed, n, h, ids, weights, m.top_k, lw.experts(), out);
+  if (!lw.has_shared_expert()) return;
+  const int shared = static_cast<int>(layout_.shared_intermediate.size());
+  be.Gemm(normed, n, lw.shared_gate_up.view, w.gate_up.get());
+  be.SiluMul(w.gate_up.get(), n, shared, w.act.get());
+  be.Gemm(w.act.get(), n, lw.shared_down.view, w.shared_out.get());
+  be.Gemm(normed, n, lw.shared_gate.view, w.shared_gate.as<float>(), DType::kF32);
+  be.AddSigmoidGated(out, w.shared_out.get(), w.shared_gate.as<float>(), n, h);
 }
 
 absl::Status LlamaModel::ReadLogits(int rows, int keep, std::vector<float>* logits,

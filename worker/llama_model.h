@@ -47,6 +47,9 @@ struct StepBatch {
 struct ModelLoadOptions {
   WeightQuantization quantization = WeightQuantization::kNone;
   KvCacheDType kv_cache_dtype = KvCacheDType::kAuto;
+  // Mixtures of experts: whole experts per rank instead of every expert split across the
+  // ranks (ShardLayout). Attention stays tensor-parallel either way.
+  bool expert_parallel = false;
 };
 
 // The Llama decoder on one tensor-parallel rank: its weight slices, the two row-parallel
@@ -101,6 +104,9 @@ class LlamaModel {
   // `logits_rows`, the final norm and lm_head (and with tp > 1 the logits' all-gather).
   absl::Status EnqueueStep(const StepView& step, KvCache* cache,
                            const std::vector<int32_t>& logits_rows);
+  // Queues a mixture-of-experts MLP of `n` tokens over `normed`, this rank's part of its
+  // output into `out` (the caller's all-reduce completes it).
+  void EnqueueMoe(const LayerWeights& lw, int n, const void* normed, void* out);
   // The first `keep` of the `rows` logits rows EnqueueStep computed: to the host, or left
   // on the device (*device_logits).
   absl::Status ReadLogits(int rows, int keep, std::vector<float>* logits,
@@ -123,6 +129,9 @@ class LlamaModel {
   struct Workspace {
     int tokens = 0, seqs = 0, blocks = 0, logits = 0;
     DeviceBuffer hidden, normed, qkv, attn, proj, gate_up, act, selected, logits_local;
+    // Mixtures of experts: router logits [tokens, experts] and the routing [tokens, top_k]
+    // (float32, int32), the shared expert's output [tokens, hidden] and gate logits.
+    DeviceBuffer router_logits, expert_ids, expert_weights, shared_out, shared_gate;
     DeviceBuffer logits_device;  // [logits, vocab] gathered on the device (tp > 1).
     // The step's metadata (token ids, positions, slots, query starts, context lengths,
     // block tables), packed so one asynchronous copy uploads it: see StepMetadata.

@@ -251,6 +251,60 @@ class Loader {
   uint64_t bytes_ = 0;
 };
 
+// One SwiGLU MLP under `prefix` (gate/up/down names as given), its intermediate dimension
+// `inter` cut to `slice`: gate_up fused [2 * slice, hidden], down [hidden, slice].
+absl::Status LoadSwiGlu(Loader* load, const std::string& gate, const std::string& up,
+                        const std::string& down, int64_t h, int64_t inter, Range slice,
+                        DeviceMatrix* gate_up, DeviceMatrix* down_out) {
+  const Range all_h{0, h};
+  ASSIGN_OR_RETURN(*gate_up, load->Linear({{gate, {inter, h}, slice, all_h},
+                                           {up, {inter, h}, slice, all_h}}));
+  ASSIGN_OR_RETURN(*down_out, load->Linear({{down, {h, inter}, all_h, slice}}));
+  return absl::OkStatus();
+}
+
+// A mixture-of-experts layer under `p` ("model.layers.N."), in the checkpoint layout of
+// its family: Mixtral's block_sparse_moe.{gate, experts.E.w1/w3/w2} or Qwen's
+// mlp.{gate, experts.E.gate_proj/up_proj/down_proj, shared_expert.*, shared_expert_gate}.
+absl::Status LoadExperts(const ModelConfig& c, const ShardLayout& s, const std::string& p,
+                         Loader* load, LayerWeights* layer) {
+  const int64_t h = c.hidden_size, inter = c.moe.intermediate_size;
+  const bool mixtral = c.architecture == "MixtralForCausalLM";
+  const std::string block = p + (mixtral ? "block_sparse_moe." : "mlp.");
+  ASSIGN_OR_RETURN(layer->router, load->Matrix({{block + "gate.weight",
+                                                 {c.moe.num_experts, h},
+                                                 {0, c.moe.num_experts},
+                                                 {0, h}}}));
+  layer->first_expert = static_cast<int>(s.experts.begin);
+  layer->expert_intermediate = static_cast<int>(s.expert_intermediate.size());
+  for (int64_t e = s.experts.begin; e < s.experts.end; ++e) {
+    const std::string ex = absl::StrCat(block, "experts.", e, ".");
+    DeviceMatrix gate_up, down;
+    if (mixtral) {
+      RETURN_IF_ERROR(LoadSwiGlu(load, ex + "w1.weight", ex + "w3.weight", ex + "w2.weight", h,
+                                 inter, s.expert_intermediate, &gate_up, &down));
+    } else {
+      RETURN_IF_ERROR(LoadSwiGlu(load, ex + "gate_proj.weight", ex + "up_proj.weight",
+                                 ex + "down_proj.weight", h, inter, s.expert_intermediate,
+                                 &gate_up, &down));
+    }
+    layer->expert_gate_up_views.push_back(gate_up.view);
+    layer->expert_down_views.push_back(down.view);
+    layer->expert_gate_up.push_back(std::move(gate_up));
+    layer->expert_down.push_back(std::move(down));
+  }
+  const int64_t shared = c.moe.shared_intermediate_size;
+  if (shared > 0) {
+    const std::string se = block + "shared_expert.";
+    RETURN_IF_ERROR(LoadSwiGlu(load, se + "gate_proj.weight", se + "up_proj.weight",
+                               se + "down_proj.weight", h, shared, s.shared_intermediate,
+                               &layer->shared_gate_up, &layer->shared_down));
+    ASSIGN_OR_RETURN(layer->shared_gate,
+                     load->Matrix({{block + "shared_expert_gate.weight", {1, h}, {0, 1}, {0, h}}}));
+  }
+  return absl::OkStatus();
+}
+
 }  // namespace
 
 absl::StatusOr<ModelWeights> LoadModelWeights(const Checkpoint& checkpoint,
@@ -287,8 +341,14 @@ absl::StatusOr<ModelWeights> LoadModelWeights(const Checkpoint& checkpoint,
 
   ModelWeights w;
   w.tied = c.tie_word_embeddings || !checkpoint.Has("lm_head.weight");
-  const int total = 2 + (w.tied ? 0 : 1) +
-                    c.num_hidden_layers * (6 + (c.qkv_bias ? 1 : 0) + (c.o_bias ? 1 : 0));
+  int total = 2 + (w.tied ? 0 : 1) +
+              c.num_hidden_layers * (4 + (c.qkv_bias ? 1 : 0) + (c.o_bias ? 1 : 0) +
+                                     (c.qk_norm ? 2 : 0));
+  for (int l = 0; l < c.num_hidden_layers; ++l) {
+    total += c.IsMoeLayer(l) ? 1 + 2 * static_cast<int>(s.experts.size()) +
+                                   (c.moe.shared_intermediate_size > 0 ? 3 : 0)
+                             : 2;
+  }
   Loader load(checkpoint, backend, total, progress, int4 ? &*int4 : nullptr,
               fp8 ? &*fp8 : nullptr, quantization);
 
@@ -318,9 +378,17 @@ absl::StatusOr<ModelWeights> LoadModelWeights(const Checkpoint& checkpoint,
     if (c.o_bias) {
       ASSIGN_OR_RETURN(layer.o_bias, load.Vector(p + "self_attn.o_proj.bias", h));
     }
-    ASSIGN_OR_RETURN(layer.gate_up, load.Linear({{p + "mlp.gate_proj.weight", {inter, h}, s.intermediate, all_h},
-                                                 {p + "mlp.up_proj.weight", {inter, h}, s.intermediate, all_h}}));
-    ASSIGN_OR_RETURN(layer.down, load.Linear({{p + "mlp.down_proj.weight", {h, inter}, all_h, s.intermediate}}));
+    if (c.qk_norm) {
+      ASSIGN_OR_RETURN(layer.q_norm, load.Vector(p + "self_attn.q_norm.weight", hd));
+      ASSIGN_OR_RETURN(layer.k_norm, load.Vector(p + "self_attn.k_norm.weight", hd));
+    }
+    if (c.IsMoeLayer(l)) {
+      RETURN_IF_ERROR(LoadExperts(c, s, p, &load, &layer));
+    } else {
+      ASSIGN_OR_RETURN(layer.gate_up, load.Linear({{p + "mlp.gate_proj.weight", {inter, h}, s.intermediate, all_h},
+                                                   {p + "mlp.up_proj.weight", {inter, h}, s.intermediate, all_h}}));
+      ASSIGN_OR_RETURN(layer.down, load.Linear({{p + "mlp.down_proj.weight", {h, inter}, all_h, s.intermediate}}));
+    }
     w.layers.push_back(std::move(layer));
   }
   w.bytes = load.bytes();

@@ -39,6 +39,29 @@ struct LayerWeights {
   DeviceBuffer qkv_bias;
   // [hidden] float, whole on every rank (added once, after the all-reduce); empty without.
   DeviceBuffer o_bias;
+  // Qwen3: [head_dim] float each, the same for every head (so whole on every rank); empty
+  // without.
+  DeviceBuffer q_norm, k_norm;
+
+  // A mixture-of-experts layer (ModelConfig::IsMoeLayer) holds these instead of
+  // gate_up/down: the router [num_experts, hidden], whole on every rank, in the
+  // checkpoint's dtype (as vLLM, never quantized: routing decisions are the most sensitive
+  // numbers of the layer); the experts this rank holds (ShardLayout::experts), each cut to
+  // ShardLayout::expert_intermediate; and Qwen2-MoE's shared expert with its gate [1, hidden].
+  DeviceMatrix router;
+  int first_expert = 0;
+  int expert_intermediate = 0;
+  std::vector<DeviceMatrix> expert_gate_up;  // [2 * expert_intermediate, hidden] each
+  std::vector<DeviceMatrix> expert_down;     // [hidden, expert_intermediate] each
+  std::vector<kernels::MatrixView> expert_gate_up_views, expert_down_views;
+  DeviceMatrix shared_gate_up, shared_down, shared_gate;
+
+  bool is_moe() const { return router.view.data != nullptr; }
+  bool has_shared_expert() const { return shared_gate.view.data != nullptr; }
+  kernels::ExpertWeights experts() const {
+    return {first_expert, static_cast<int>(expert_gate_up.size()), expert_intermediate,
+            expert_gate_up_views.data(), expert_down_views.data()};
+  }
 };
 
 struct ModelWeights {
@@ -57,7 +80,7 @@ using LoadProgress = std::function<void(int, int, uint64_t)>;
 
 // Loads this rank's slice of every weight: the bytes of other ranks' slices are never read.
 // Matrices keep the checkpoint's dtype, except that with `quantization` the linear layers
-// (qkv, o, gate_up, down) become int8 (scales per 32 columns, packed in the backend's
+// (qkv, o, gate_up, down, every expert's) become int8 (scales per 32 columns, packed in the backend's
 // Int8WeightLayout) or FP8 (per-row scales); embedding and lm_head stay
 // in the checkpoint's dtype (as in vLLM: they hold few of the bytes a decode step reads
 // per layer, and the logits are the most sensitive). Norm weights become float.

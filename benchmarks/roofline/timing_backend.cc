@@ -1,5 +1,7 @@
 #include "benchmarks/roofline/timing_backend.h"
 
+#include <vector>
+
 #include "absl/strings/str_cat.h"
 #include "common/dtype.h"
 
@@ -74,6 +76,46 @@ void TimingBackend::PagedAttention(const void* q, int q_stride, const kernels::A
 
 void TimingBackend::Add(void* y, const void* x, size_t n) {
   Timed("add", 0, [&] { inner_->Add(y, x, n); });
+}
+
+void TimingBackend::HeadRmsNorm(void* x, int n, int row_stride, int num_heads, int head_dim,
+                                const float* weight, float eps) {
+  Timed("head_rms_norm", 0,
+        [&] { inner_->HeadRmsNorm(x, n, row_stride, num_heads, head_dim, weight, eps); });
+}
+
+void TimingBackend::MoeRoute(const float* router_logits, int n, int num_experts, int top_k,
+                             bool renormalize, int32_t* expert_ids, float* weights) {
+  Timed("moe_route", 0, [&] {
+    inner_->MoeRoute(router_logits, n, num_experts, top_k, renormalize, expert_ids, weights);
+  });
+}
+
+void TimingBackend::MoeExperts(const void* x, int n, int hidden, const int32_t* expert_ids,
+                               const float* weights, int top_k,
+                               const kernels::ExpertWeights& experts, void* out) {
+  std::vector<int32_t> ids(static_cast<size_t>(n) * top_k);
+  inner_->CopyToHost(ids.data(), expert_ids, ids.size() * sizeof(int32_t));
+  std::vector<bool> used(experts.num_local, false);
+  for (int32_t id : ids) {
+    const int local = id - experts.first_expert;
+    if (local >= 0 && local < experts.num_local) used[local] = true;
+  }
+  uint64_t bytes = 0;
+  for (int e = 0; e < experts.num_local; ++e) {
+    if (!used[e]) continue;
+    for (const kernels::MatrixView* m : {&experts.gate_up[e], &experts.down[e]}) {
+      bytes += DTypeBytes(m->dtype, static_cast<uint64_t>(m->rows) * m->cols);
+    }
+  }
+  Timed(absl::StrCat("moe_experts ", experts.num_local, "x", experts.intermediate), bytes, [&] {
+    inner_->MoeExperts(x, n, hidden, expert_ids, weights, top_k, experts, out);
+  });
+}
+
+void TimingBackend::AddSigmoidGated(void* y, const void* x, const float* gate_logits, int n,
+                                    int dim) {
+  Timed("add_sigmoid_gated", 0, [&] { inner_->AddSigmoidGated(y, x, gate_logits, n, dim); });
 }
 
 }  // namespace tessera::bench

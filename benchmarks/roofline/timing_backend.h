@@ -57,6 +57,17 @@ class TimingBackend final : public kernels::Backend {
                       const void* k_cache, const void* v_cache, const kernels::KvCacheShape& shape,
                       int num_q_heads, float scale, void* out) override;
   void Add(void* y, const void* x, size_t n) override;
+  void HeadRmsNorm(void* x, int n, int row_stride, int num_heads, int head_dim,
+                   const float* weight, float eps) override;
+  void MoeRoute(const float* router_logits, int n, int num_experts, int top_k, bool renormalize,
+                int32_t* expert_ids, float* weights) override;
+  // Counts the bytes of the experts the step's rows were routed to (read back from the
+  // routing, which on the CPU is host memory).
+  void MoeExperts(const void* x, int n, int hidden, const int32_t* expert_ids,
+                  const float* weights, int top_k, const kernels::ExpertWeights& experts,
+                  void* out) override;
+  void AddSigmoidGated(void* y, const void* x, const float* gate_logits, int n,
+                       int dim) override;
 
  private:
   // Runs `op`, charging its time to `key` when enabled.

@@ -15,6 +15,7 @@
 #include "kernels/cpu/elementwise.h"
 #include "kernels/cpu/gemm.h"
 #include "kernels/cpu/host_memory.h"
+#include "kernels/cpu/moe.h"
 #include "kernels/cpu/norm.h"
 #include "kernels/cpu/rope.h"
 #include "kernels/cpu/thread_pool.h"
@@ -108,12 +109,31 @@ class CpuBackend final : public Backend {
                             F(out), &pool_);
   }
   void Add(void* y, const void* x, size_t n) override { kernels::Add(F(y), F(x), n, &pool_); }
+  void HeadRmsNorm(void* x, int n, int row_stride, int num_heads, int head_dim,
+                   const float* weight, float eps) override {
+    kernels::HeadRmsNorm(F(x), n, row_stride, num_heads, head_dim, weight, eps, &pool_);
+  }
+  void MoeRoute(const float* router_logits, int n, int num_experts, int top_k, bool renormalize,
+                int32_t* expert_ids, float* weights) override {
+    kernels::MoeRoute(router_logits, n, num_experts, top_k, renormalize, expert_ids, weights);
+  }
+  void MoeExperts(const void* x, int n, int hidden, const int32_t* expert_ids,
+                  const float* weights, int top_k, const ExpertWeights& experts,
+                  void* out) override {
+    kernels::MoeExperts(F(x), n, hidden, expert_ids, weights, top_k, experts, F(out),
+                        &moe_scratch_, &pool_);
+  }
+  void AddSigmoidGated(void* y, const void* x, const float* gate_logits, int n,
+                       int dim) override {
+    kernels::AddSigmoidGated(F(y), F(x), gate_logits, n, dim);
+  }
 
  private:
   static float* F(void* p) { return static_cast<float*>(p); }
   static const float* F(const void* p) { return static_cast<const float*>(p); }
 
   ThreadPool pool_;
+  MoeScratch moe_scratch_;
 };
 
 }  // namespace

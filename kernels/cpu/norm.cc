@@ -57,4 +57,17 @@ void AddRmsNorm(float* hidden, const float* delta, const float* weight, int n, i
   });
 }
 
+void HeadRmsNorm(float* x, int n, int row_stride, int num_heads, int head_dim,
+                 const float* weight, float eps, ThreadPool* pool) {
+  if (n <= 0 || num_heads <= 0 || head_dim <= 0) return;
+  ForRows(n, num_heads * head_dim, pool, [&](int64_t begin, int64_t end) {
+    for (int64_t i = begin; i < end; ++i) {
+      for (int h = 0; h < num_heads; ++h) {
+        float* head = x + i * row_stride + static_cast<int64_t>(h) * head_dim;
+        NormalizeRow(head, weight, head_dim, eps, head);
+      }
+    }
+  });
+}
+
 }  // namespace tessera::kernels

@@ -92,6 +92,26 @@ class Bf16RoundingBackend final : public kernels::Backend {
     inner_->Add(y, x, n);
     RoundToBf16(y, n);
   }
+  void HeadRmsNorm(void* x, int n, int row_stride, int num_heads, int head_dim,
+                   const float* weight, float eps) override {
+    inner_->HeadRmsNorm(x, n, row_stride, num_heads, head_dim, weight, eps);
+    RoundToBf16(x, static_cast<size_t>(n) * row_stride);
+  }
+  void MoeRoute(const float* router_logits, int n, int num_experts, int top_k, bool renormalize,
+                int32_t* expert_ids, float* weights) override {
+    inner_->MoeRoute(router_logits, n, num_experts, top_k, renormalize, expert_ids, weights);
+  }
+  void MoeExperts(const void* x, int n, int hidden, const int32_t* expert_ids,
+                  const float* weights, int top_k, const kernels::ExpertWeights& experts,
+                  void* out) override {
+    inner_->MoeExperts(x, n, hidden, expert_ids, weights, top_k, experts, out);
+    RoundToBf16(out, static_cast<size_t>(n) * hidden);
+  }
+  void AddSigmoidGated(void* y, const void* x, const float* gate_logits, int n,
+                       int dim) override {
+    inner_->AddSigmoidGated(y, x, gate_logits, n, dim);
+    RoundToBf16(y, static_cast<size_t>(n) * dim);
+  }
 
  private:
   std::unique_ptr<kernels::Backend> inner_;

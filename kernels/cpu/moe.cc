@@ -1,0 +1,97 @@
+#include "kernels/cpu/moe.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <numeric>
+
+#include "kernels/cpu/elementwise.h"
+#include "kernels/cpu/gemm.h"
+
+namespace tessera::kernels {
+
+void MoeRoute(const float* logits, int n, int num_experts, int top_k, bool renormalize,
+              int32_t* expert_ids, float* weights) {
+  std::vector<double> probs(num_experts);
+  std::vector<int32_t> order(num_experts);
+  for (int i = 0; i < n; ++i) {
+    const float* row = logits + static_cast<int64_t>(i) * num_experts;
+    const float max = *std::max_element(row, row + num_experts);
+    double sum = 0;
+    for (int e = 0; e < num_experts; ++e) {
+      probs[e] = std::exp(static_cast<double>(row[e]) - max);
+      sum += probs[e];
+    }
+    std::iota(order.begin(), order.end(), 0);
+    std::partial_sort(order.begin(), order.begin() + top_k, order.end(),
+                      [&](int32_t a, int32_t b) {
+                        return probs[a] != probs[b] ? probs[a] > probs[b] : a < b;
+                      });
+    double kept = 0;
+    for (int j = 0; j < top_k; ++j) kept += probs[order[j]];
+    const double denominator = renormalize ? kept : sum;
+    for (int j = 0; j < top_k; ++j) {
+      expert_ids[static_cast<int64_t>(i) * top_k + j] = order[j];
+      weights[static_cast<int64_t>(i) * top_k + j] =
+          static_cast<float>(probs[order[j]] / denominator);
+    }
+  }
+}
+
+void MoeExperts(const float* x, int n, int hidden, const int32_t* expert_ids,
+                const float* weights, int top_k, const ExpertWeights& experts, float* out,
+                MoeScratch* s, ThreadPool* pool) {
+  std::memset(out, 0, sizeof(float) * static_cast<size_t>(n) * hidden);
+  // Bucket the (row, slot) pairs by held expert, rows in order within each bucket.
+  std::vector<int32_t> count(experts.num_local + 1, 0);
+  const int64_t pairs = static_cast<int64_t>(n) * top_k;
+  for (int64_t p = 0; p < pairs; ++p) {
+    const int local = expert_ids[p] - experts.first_expert;
+    if (local >= 0 && local < experts.num_local) ++count[local + 1];
+  }
+  std::partial_sum(count.begin(), count.end(), count.begin());
+  s->token_of.resize(count.back());
+  s->weight_of.resize(count.back());
+  std::vector<int32_t> fill(count.begin(), count.end() - 1);
+  for (int64_t p = 0; p < pairs; ++p) {
+    const int local = expert_ids[p] - experts.first_expert;
+    if (local < 0 || local >= experts.num_local) continue;
+    s->token_of[fill[local]] = static_cast<int32_t>(p / top_k);
+    s->weight_of[fill[local]] = weights[p];
+    ++fill[local];
+  }
+  const int inter = experts.intermediate;
+  for (int e = 0; e < experts.num_local; ++e) {
+    const int begin = count[e], m = count[e + 1] - count[e];
+    if (m == 0) continue;
+    s->rows.resize(static_cast<size_t>(m) * hidden);
+    s->gate_up.resize(static_cast<size_t>(m) * 2 * inter);
+    s->act.resize(static_cast<size_t>(m) * inter);
+    s->down.resize(static_cast<size_t>(m) * hidden);
+    for (int r = 0; r < m; ++r) {
+      std::memcpy(s->rows.data() + static_cast<size_t>(r) * hidden,
+                  x + static_cast<size_t>(s->token_of[begin + r]) * hidden,
+                  sizeof(float) * hidden);
+    }
+    Gemm(s->rows.data(), m, experts.gate_up[e], s->gate_up.data(), pool);
+    SiluMul(s->gate_up.data(), m, inter, s->act.data(), pool);
+    Gemm(s->act.data(), m, experts.down[e], s->down.data(), pool);
+    for (int r = 0; r < m; ++r) {
+      const float w = s->weight_of[begin + r];
+      float* dst = out + static_cast<size_t>(s->token_of[begin + r]) * hidden;
+      const float* src = s->down.data() + static_cast<size_t>(r) * hidden;
+      for (int d = 0; d < hidden; ++d) dst[d] += w * src[d];
+    }
+  }
+}
+
+void AddSigmoidGated(float* y, const float* x, const float* gate_logits, int n, int dim) {
+  for (int i = 0; i < n; ++i) {
+    const float g = 1.0f / (1.0f + std::exp(-gate_logits[i]));
+    float* row = y + static_cast<size_t>(i) * dim;
+    const float* src = x + static_cast<size_t>(i) * dim;
+    for (int d = 0; d < dim; ++d) row[d] += g * src[d];
+  }
+}
+
+}  // namespace tessera::kernels

@@ -21,6 +21,7 @@
 #include "common/metrics/http_server.h"
 #include "common/metrics/process_collector.h"
 #include "common/model_config.h"
+#include "common/tensor_parallel.h"
 #include "common/net/connection_limits.h"
 #include "common/net/grpc_listener.h"
 #include "common/net/listener_collector.h"
@@ -66,6 +67,7 @@ int main(int argc, char** argv) {
   int64_t kv_memory_mb = 0, heartbeat_ms = 1000, collective_timeout_ms = 10000;
   double kv_memory_fraction = 0.5, load_weight = 1.0;
   bool no_prefix_caching = false;
+  bool expert_parallel = false;
   int64_t metrics_port = 9400;
   std::string metrics_host, log_format = "text", log_level = "info";
   std::string generation_config = "auto";
@@ -92,6 +94,9 @@ int main(int argc, char** argv) {
   flags.Int("store-port", &store_port,
             "Port of the collectives' rendezvous store (on --cluster-host, tp > 1 only; 0: any free port).");
   flags.Int("tp", &tp, "Tensor-parallel ranks per replica.");
+  flags.Bool("expert-parallel", &expert_parallel,
+             "Mixtures of experts: each rank holds whole experts (num_experts / tp of them) instead of "
+             "a 1/tp slice of every expert. Attention stays tensor-parallel.");
   flags.Int("replicas", &replicas, "Replicas (groups of tp workers).");
   flags.Int("block-size", &block_size, "Tokens per KV-cache block.");
   flags.Int("max-num-seqs", &max_num_seqs, "Running sequences per replica at most.");
@@ -221,6 +226,10 @@ int main(int argc, char** argv) {
     }
     speculative.draft_model = std::filesystem::absolute(speculative.draft_model).string();
   }
+  // Refused here with the numbers (uneven expert counts, a dense model), not by every worker.
+  if (auto layout = tessera::ShardLayout::Make(*config, 0, static_cast<int>(tp), expert_parallel); !layout.ok()) {
+    return Fail(absl::StrCat(expert_parallel ? "--expert-parallel: " : "--tp: ", layout.status().message()));
+  }
   const auto weight_format = tessera::ParseWeightQuantization(quantization);
   if (!weight_format.ok()) return Fail(absl::StrCat("--quantization: ", weight_format.status().message()));
   // A pre-quantized checkpoint (FP8, GPTQ/AWQ) is served as stored: --quantization on top
@@ -324,6 +333,7 @@ int main(int argc, char** argv) {
   co.group.kv_memory_bytes = static_cast<uint64_t>(kv_memory_mb) << 20;
   co.group.quantization = std::string(tessera::WeightQuantizationName(*weight_format));
   co.group.kv_cache_dtype = kv_cache_dtype;
+  co.group.expert_parallel = expert_parallel;
   if (speculative.enabled()) {
     co.group.speculative_method = speculative.method;
     co.group.num_speculative_tokens = static_cast<int>(speculative.num_tokens);
@@ -368,6 +378,11 @@ int main(int argc, char** argv) {
                                  tessera::DTypeName(config->torch_dtype), static_cast<int>(tp),
                                  static_cast<int>(replicas), static_cast<int>(block_size),
                                  reported_quantization, kv_dtype_name, kv_bytes_per_token};
+  desc.total_parameters = static_cast<uint64_t>(config->NumParameters());
+  desc.active_parameters = static_cast<uint64_t>(config->NumActiveParameters());
+  desc.num_experts = config->moe.num_experts;
+  desc.experts_per_token = config->moe.top_k;
+  desc.expert_parallel = expert_parallel;
   tessera::GenerationServiceImpl api(&engine, tokenizer->get(), limits, desc, chat_template.get());
   api.set_pending_workers([cluster = cluster->get()] { return cluster->PendingWorkers(); });
   std::unique_ptr<tessera::auth::ApiKeyStore> api_keys;

@@ -198,6 +198,10 @@ int Main(int argc, char** argv) {
     return absl::OkStatus();
   };
   if (absl::Status s = run_steps(warmup_steps, nullptr); !s.ok()) return Fail(std::string(s.message()));
+  // The same step every time, so the same experts: one step's routed bytes stand for all.
+  backend.TakeRoutedExpertBytes();
+  if (absl::Status s = run_steps(1, nullptr); !s.ok()) return Fail(std::string(s.message()));
+  const uint64_t routed_expert_bytes = backend.TakeRoutedExpertBytes();
   std::vector<double> times;
   if (absl::Status s = run_steps(steps, &times); !s.ok()) return Fail(std::string(s.message()));
   const std::vector<double> step_bw = paired_bw;
@@ -221,6 +225,7 @@ int Main(int argc, char** argv) {
       traffic.layer_matrix_bytes += traffic.layer_matrix_bytes / 16;
     }
   }
+  traffic.routed_expert_bytes = routed_expert_bytes;
   // The ceiling: the best read seen, before or between the steps.
   const double ceiling = std::max(bw.best_bytes_per_second, *std::max_element(step_bw.begin(), step_bw.end()));
   const double theoretical_s = static_cast<double>(traffic.total()) / ceiling;
@@ -238,9 +243,10 @@ int Main(int argc, char** argv) {
   std::printf("model %s (%s weights), batch %lld, context %lld, %d threads\n", model_dir.c_str(),
               DTypeName(*dtype), static_cast<long long>(batch), static_cast<long long>(tokens), num_threads);
   std::printf("read bandwidth (ceiling)   %10.2f GB/s\n", ceiling / 1e9);
-  std::printf("bytes per decode step      %10.1f MB (weights %.1f, embedding rows %.3f, KV read %.1f, KV write %.3f)\n",
-              traffic.total() / 1e6, traffic.weight_bytes() / 1e6, traffic.embedding_row_bytes / 1e6,
-              traffic.kv_read_bytes / 1e6, traffic.kv_write_bytes / 1e6);
+  std::printf("bytes per decode step      %10.1f MB (weights %.1f of which routed experts %.1f, embedding rows %.3f, "
+              "KV read %.1f, KV write %.3f)\n",
+              traffic.total() / 1e6, traffic.weight_bytes() / 1e6, traffic.routed_expert_bytes / 1e6,
+              traffic.embedding_row_bytes / 1e6, traffic.kv_read_bytes / 1e6, traffic.kv_write_bytes / 1e6);
   std::printf("theoretical step time      %10.2f ms\n", theoretical_s * 1e3);
   std::printf("measured step time         %10.2f ms median, %.2f mean, %.2f min over %zu steps\n",
               median_s * 1e3, mean_s * 1e3, min_s * 1e3, times.size());
@@ -290,7 +296,7 @@ int Main(int argc, char** argv) {
                       {"best_bytes_per_second", bw.best_bytes_per_second},
                       {"median_bytes_per_second", bw.median_bytes_per_second}};
     j["traffic_bytes"] = {{"layer_matrices", traffic.layer_matrix_bytes}, {"norms", traffic.norm_bytes},
-                          {"lm_head", traffic.lm_head_bytes}, {"embedding_rows", traffic.embedding_row_bytes},
+                          {"lm_head", traffic.lm_head_bytes}, {"routed_experts", traffic.routed_expert_bytes}, {"embedding_rows", traffic.embedding_row_bytes},
                           {"kv_read", traffic.kv_read_bytes}, {"kv_write", traffic.kv_write_bytes},
                           {"total", traffic.total()}, {"loaded_weight_bytes", (*model)->weight_bytes()}};
     j["theoretical_step_s"] = theoretical_s;

@@ -108,6 +108,7 @@ void TimingBackend::MoeExperts(const void* x, int n, int hidden, const int32_t* 
       bytes += DTypeBytes(m->dtype, static_cast<uint64_t>(m->rows) * m->cols);
     }
   }
+  routed_expert_bytes_ += bytes;
   Timed(absl::StrCat("moe_experts ", experts.num_local, "x", experts.intermediate), bytes, [&] {
     inner_->MoeExperts(x, n, hidden, expert_ids, weights, top_k, experts, out);
   });

@@ -5,6 +5,7 @@
 #include <cstdint>
 #include <map>
 #include <string>
+#include <utility>
 
 #include "kernels/backend.h"
 
@@ -28,6 +29,10 @@ class TimingBackend final : public kernels::Backend {
   void Reset() { ops_.clear(); }
   // Keyed "gemm <rows>x<cols> <dtype>", "paged_attention", "rms_norm", ...
   const std::map<std::string, OpStats>& ops() const { return ops_; }
+  // Bytes of the expert matrices the steps' tokens were routed to (each routed expert once
+  // per layer and step), counted whether or not timing is enabled; TakeRoutedExpertBytes
+  // returns the count since the last call.
+  uint64_t TakeRoutedExpertBytes() { return std::exchange(routed_expert_bytes_, 0); }
 
   std::string_view name() const override { return inner_->name(); }
   void* Allocate(size_t bytes) override { return inner_->Allocate(bytes); }
@@ -88,6 +93,7 @@ class TimingBackend final : public kernels::Backend {
   kernels::Backend* inner_;
   bool enabled_ = false;
   std::map<std::string, OpStats> ops_;
+  uint64_t routed_expert_bytes_ = 0;
 };
 
 }  // namespace tessera::bench

@@ -93,6 +93,11 @@ void GenerationServiceImpl::DoGetModelInfo(v1::ModelInfo* info) {
   info->set_quantization(model_.quantization);
   info->set_kv_cache_dtype(model_.kv_cache_dtype);
   info->set_kv_cache_bytes_per_token(model_.kv_cache_bytes_per_token);
+  info->set_total_parameters(model_.total_parameters);
+  info->set_active_parameters(model_.active_parameters);
+  info->set_num_experts(model_.num_experts);
+  info->set_experts_per_token(model_.experts_per_token);
+  info->set_expert_parallel(model_.expert_parallel);
   info->set_vocab_size(limits_.vocab_size);
   if (pending_workers_) info->set_pending_workers(static_cast<uint32_t>(pending_workers_()));
   uint64_t capacity = 0;

@@ -24,6 +24,11 @@ struct ModelDescription {
   std::string quantization = "none";
   std::string kv_cache_dtype = "fp32";
   uint64_t kv_cache_bytes_per_token = 0;
+  uint64_t total_parameters = 0;
+  uint64_t active_parameters = 0;
+  int num_experts = 0;
+  int experts_per_token = 0;
+  bool expert_parallel = false;
 };
 
 // The public tessera.v1.Generation service on gRPC's callback API: a call holds no thread

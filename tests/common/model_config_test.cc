@@ -112,7 +112,17 @@ INSTANTIATE_TEST_SUITE_P(
         BadConfig{R"({"hidden_size": 64, "mlp_bias": true, "intermediate_size": 100, "num_attention_heads": 4, "num_hidden_layers": 1, "vocab_size": 10})",
                   "mlp_bias"},
         BadConfig{R"({"architectures": ["Qwen2ForCausalLM"], "use_sliding_window": true, "hidden_size": 64, "intermediate_size": 100, "num_attention_heads": 4, "num_hidden_layers": 1, "vocab_size": 10})",
-                  "missing field \"sliding_window\""}));
+                  "missing field \"sliding_window\""},
+        BadConfig{R"({"architectures": ["Qwen3MoeForCausalLM"], "num_experts_per_tok": 2, "moe_intermediate_size": 8, "hidden_size": 64, "intermediate_size": 100, "num_attention_heads": 4, "num_hidden_layers": 1, "vocab_size": 10})",
+                  "missing field \"num_experts\""},
+        BadConfig{R"({"architectures": ["MixtralForCausalLM"], "num_local_experts": 8, "num_experts_per_tok": 9, "hidden_size": 64, "intermediate_size": 100, "num_attention_heads": 4, "num_hidden_layers": 1, "vocab_size": 10})",
+                  "num_experts_per_tok 9 must be in 1..8"},
+        BadConfig{R"({"architectures": ["Qwen3MoeForCausalLM"], "num_experts": 4, "num_experts_per_tok": 2, "hidden_size": 64, "intermediate_size": 100, "num_attention_heads": 4, "num_hidden_layers": 1, "vocab_size": 10})",
+                  "missing field \"moe_intermediate_size\""},
+        BadConfig{R"({"architectures": ["Qwen2MoeForCausalLM"], "num_experts": 4, "num_experts_per_tok": 2, "moe_intermediate_size": 8, "hidden_size": 64, "intermediate_size": 100, "num_attention_heads": 4, "num_hidden_layers": 1, "vocab_size": 10})",
+                  "missing field \"shared_expert_intermediate_size\""},
+        BadConfig{R"({"architectures": ["Qwen3MoeForCausalLM"], "num_experts": 4, "num_experts_per_tok": 2, "moe_intermediate_size": 8, "mlp_only_layers": [3], "hidden_size": 64, "intermediate_size": 100, "num_attention_heads": 4, "num_hidden_layers": 1, "vocab_size": 10})",
+                  "\"mlp_only_layers\" holds 3"}));
 
 constexpr char kShape[] =
     R"("hidden_size": 64, "intermediate_size": 100, "num_attention_heads": 4, "num_hidden_layers": 30, "vocab_size": 10)";
@@ -234,6 +244,69 @@ TEST(RopeFrequenciesTest, LinearDynamicAndYarn) {
   EXPECT_FLOAT_EQ(y.inv_freq[31], plain.inv_freq[31] / 4);  // Slow dims interpolate.
   yarn.attention_factor = 1.5;
   EXPECT_EQ(ComputeRopeFrequencies(yarn, 64, 10000.0, 2048).attention_scaling, 1.5f);
+}
+
+TEST(ModelConfigTest, Qwen3HasQkNormsItsOwnHeadDimAndNoBos) {
+  const ModelConfig c = Parse(R"("architectures": ["Qwen3ForCausalLM"], "head_dim": 32)");
+  EXPECT_TRUE(c.qk_norm);
+  EXPECT_EQ(c.head_dim, 32);  // Not hidden / heads (16).
+  EXPECT_FALSE(c.qkv_bias);
+  EXPECT_EQ(c.bos_token_id, -1);
+  EXPECT_FALSE(c.is_moe());
+  auto back = ModelConfig::FromJson(c.ToJson(), "round trip");
+  ASSERT_TRUE(back.ok()) << back.status();
+  EXPECT_TRUE(back->qk_norm);
+  EXPECT_EQ(back->head_dim, 32);
+}
+
+TEST(ModelConfigTest, MixtralRoutesEveryLayerAndAlwaysRenormalises) {
+  const ModelConfig c = Parse(R"("architectures": ["MixtralForCausalLM"], "num_local_experts": 8,
+                                 "num_experts_per_tok": 2, "sliding_window": null)");
+  ASSERT_TRUE(c.is_moe());
+  EXPECT_EQ(c.moe.num_experts, 8);
+  EXPECT_EQ(c.moe.top_k, 2);
+  EXPECT_EQ(c.moe.intermediate_size, 100);  // Mixtral's experts use intermediate_size.
+  EXPECT_TRUE(c.moe.normalize_top_k);
+  EXPECT_EQ(c.NumMoeLayers(), 30);
+  EXPECT_FALSE(c.qkv_bias);
+  // 30 layers of attention (4 * 64 * 64 each) + 8 experts of 3 * 64 * 100 + router 8 * 64.
+  const int64_t shared = 30 * (4 * 64 * 64 + 2 * 64) + 2 * 10 * 64 + 64;
+  EXPECT_EQ(c.NumParameters(), shared + 30 * (8 * 3 * 64 * 100 + 8 * 64));
+  EXPECT_EQ(c.NumActiveParameters(), shared + 30 * (2 * 3 * 64 * 100 + 8 * 64));
+}
+
+TEST(ModelConfigTest, Qwen3MoeSparseStepDenseLayersAndNormTopkProb) {
+  const ModelConfig c = Parse(R"("architectures": ["Qwen3MoeForCausalLM"], "num_experts": 16,
+                                 "num_experts_per_tok": 4, "moe_intermediate_size": 24,
+                                 "decoder_sparse_step": 2, "mlp_only_layers": [5],
+                                 "norm_topk_prob": true)");
+  EXPECT_TRUE(c.qk_norm);
+  EXPECT_TRUE(c.moe.normalize_top_k);
+  EXPECT_FALSE(c.IsMoeLayer(0));  // (0 + 1) % 2 != 0.
+  EXPECT_TRUE(c.IsMoeLayer(1));
+  EXPECT_FALSE(c.IsMoeLayer(5));  // mlp_only_layers.
+  EXPECT_TRUE(c.IsMoeLayer(7));
+  EXPECT_EQ(c.NumMoeLayers(), 14);
+  auto back = ModelConfig::FromJson(c.ToJson(), "round trip");
+  ASSERT_TRUE(back.ok()) << back.status();
+  EXPECT_EQ(back->NumMoeLayers(), 14);
+  EXPECT_EQ(back->moe.intermediate_size, 24);
+  EXPECT_EQ(back->NumParameters(), c.NumParameters());
+  EXPECT_EQ(back->NumActiveParameters(), c.NumActiveParameters());
+}
+
+TEST(ModelConfigTest, Qwen2MoeSharedExpertAndNoRenormalisationByDefault) {
+  const ModelConfig c = Parse(R"("architectures": ["Qwen2MoeForCausalLM"], "num_experts": 8,
+                                 "num_experts_per_tok": 2, "moe_intermediate_size": 16,
+                                 "shared_expert_intermediate_size": 40)");
+  EXPECT_TRUE(c.qkv_bias);
+  EXPECT_FALSE(c.qk_norm);
+  EXPECT_FALSE(c.moe.normalize_top_k);  // transformers' Qwen2MoeConfig default.
+  EXPECT_EQ(c.moe.shared_intermediate_size, 40);
+  auto back = ModelConfig::FromJson(c.ToJson(), "round trip");
+  ASSERT_TRUE(back.ok()) << back.status();
+  EXPECT_EQ(back->moe.shared_intermediate_size, 40);
+  EXPECT_FALSE(back->moe.normalize_top_k);
 }
 
 }  // namespace

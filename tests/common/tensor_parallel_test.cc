@@ -57,5 +57,50 @@ TEST(ShardLayoutTest, RejectsWorldThatDoesNotDivideHeads) {
   EXPECT_FALSE(ShardLayout::Make(Stories(), 2, 2).ok());
 }
 
+ModelConfig TinyMoe(int experts, int shared = 0) {
+  ModelConfig c = Stories();
+  c.architecture = "Qwen3MoeForCausalLM";
+  c.moe.num_experts = experts;
+  c.moe.top_k = 2;
+  c.moe.intermediate_size = 30;
+  c.moe.shared_intermediate_size = shared;
+  return c;
+}
+
+TEST(ShardLayoutTest, TensorParallelExpertsSplitEachExpert) {
+  auto s = ShardLayout::Make(TinyMoe(8, 20), 1, 4);
+  ASSERT_TRUE(s.ok()) << s.status();
+  EXPECT_FALSE(s->expert_parallel);
+  EXPECT_EQ(s->experts, (Range{0, 8}));
+  EXPECT_EQ(s->expert_intermediate, EvenSplit(30, 1, 4));
+  EXPECT_EQ(s->shared_intermediate, EvenSplit(20, 1, 4));
+}
+
+TEST(ShardLayoutTest, ExpertParallelGivesWholeExperts) {
+  for (int r = 0; r < 4; ++r) {
+    auto s = ShardLayout::Make(TinyMoe(8, 20), r, 4, /*expert_parallel=*/true);
+    ASSERT_TRUE(s.ok()) << s.status();
+    EXPECT_TRUE(s->expert_parallel);
+    EXPECT_EQ(s->experts, (Range{2 * r, 2 * r + 2}));
+    EXPECT_EQ(s->expert_intermediate, (Range{0, 30}));
+    EXPECT_EQ(s->shared_intermediate, EvenSplit(20, r, 4));  // The shared expert still splits.
+    EXPECT_EQ(s->q_heads, (Range{2 * r, 2 * r + 2}));          // Attention stays split.
+  }
+}
+
+TEST(ShardLayoutTest, UnevenExpertParallelismIsRefusedWithTheNumbers) {
+  auto s = ShardLayout::Make(TinyMoe(6), 0, 4, /*expert_parallel=*/true);
+  ASSERT_FALSE(s.ok());
+  EXPECT_EQ(s.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(s.status().message().find("6 experts would leave 2 over"), std::string::npos)
+      << s.status();
+}
+
+TEST(ShardLayoutTest, ExpertParallelismOnADenseModelIsRefused) {
+  auto s = ShardLayout::Make(Stories(), 0, 2, /*expert_parallel=*/true);
+  ASSERT_FALSE(s.ok());
+  EXPECT_NE(s.status().message().find("dense"), std::string::npos) << s.status();
+}
+
 }  // namespace
 }  // namespace tessera

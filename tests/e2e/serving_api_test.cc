@@ -323,6 +323,11 @@ TEST(ServingApiTest, ModelInfoDescribesTheCluster) {
   EXPECT_EQ(info->quantization(), "none");
   EXPECT_EQ(info->kv_cache_dtype(), "fp32");
   EXPECT_EQ(info->kv_cache_bytes_per_token(), 1280u);
+  // stories260K: dense, so every parameter is active (embeddings tied).
+  EXPECT_EQ(info->total_parameters(), 260032u);
+  EXPECT_EQ(info->active_parameters(), info->total_parameters());
+  EXPECT_EQ(info->num_experts(), 0u);
+  EXPECT_FALSE(info->expert_parallel());
 
   // Both replicas serve: the reference continuation comes back from each replica index
   // the router picks.

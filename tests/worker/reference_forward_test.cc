@@ -9,6 +9,11 @@
 // Tolerance: every step's full-vocabulary logits within 1e-4 * (1 + |ref|) of the float64
 // reference (our activations are float32; the worst seen is about 2e-6), and identical
 // greedy ids.
+//
+// Qwen3 (per-head q/k norms) and the mixtures of experts (Mixtral, Qwen2-MoE with its gated
+// shared expert, Qwen3-MoE with a dense layer among the sparse ones) run the same way, and
+// also with expert parallelism over 2 and 4 ranks. Two checks show the comparison can fail:
+// the reference without top-k renormalisation, or without the q/k norms, is not matched.
 #include <algorithm>
 #include <cmath>
 #include <cstdlib>
@@ -42,11 +47,13 @@ struct Greedy {
 
 // One rank's greedy run: the prompt in chunks of `chunk` tokens (so later chunks attend
 // to a cached prefix), then one token per step. The sequence owns blocks 1..n.
-Greedy RunRank(const std::filesystem::path& dir, Communicator* comm,
+Greedy RunRank(const std::filesystem::path& dir, Communicator* comm, bool expert_parallel,
                const std::vector<int32_t>& prompt, int steps, int chunk) {
   Greedy g;
   auto backend = kernels::MakeCpuBackend(1);
-  auto model = LlamaModel::Load(dir, backend.get(), comm);
+  ModelLoadOptions options;
+  options.expert_parallel = expert_parallel;
+  auto model = LlamaModel::Load(dir, backend.get(), comm, nullptr, options);
   if (!model.ok()) {
     g.status = model.status();
     return g;
@@ -85,7 +92,7 @@ Greedy RunRank(const std::filesystem::path& dir, Communicator* comm,
   return g;
 }
 
-std::vector<Greedy> RunWorld(const std::filesystem::path& dir, int world,
+std::vector<Greedy> RunWorld(const std::filesystem::path& dir, int world, bool expert_parallel,
                              const std::vector<int32_t>& prompt, int steps, int chunk) {
   auto group = LocalGroup::Create(world, std::chrono::seconds(60));
   std::vector<Greedy> out(world);
@@ -93,7 +100,7 @@ std::vector<Greedy> RunWorld(const std::filesystem::path& dir, int world,
   for (int rank = 0; rank < world; ++rank) {
     threads.emplace_back([&, rank] {
       LocalCommunicator comm(group, rank);
-      out[rank] = RunRank(dir, &comm, prompt, steps, chunk);
+      out[rank] = RunRank(dir, &comm, expert_parallel, prompt, steps, chunk);
     });
   }
   for (auto& t : threads) t.join();
@@ -106,13 +113,14 @@ struct Reference {
 };
 
 // Runs the numpy reference on `dir`; fails the test (returns false) when it cannot run.
+// `flags` go to the reference as they are (its --no-renormalize and --no-qk-norm).
 bool RunReference(const std::filesystem::path& dir, const std::vector<int32_t>& prompt,
-                  int steps, Reference* ref) {
+                  int steps, const std::string& flags, Reference* ref) {
   const std::filesystem::path out = dir / "reference.json";
   const std::string command = absl::StrCat(
       "python3 ", TESSERA_SOURCE_DIR, "/tests/reference/numpy_llama.py --model ", dir.string(),
       " --prompt-ids ", absl::StrJoin(prompt, ","), " --max-new-tokens ", steps, " --out ",
-      out.string(), " 2>&1");
+      out.string(), " ", flags, " 2>&1");
   const testing::CommandResult result = testing::RunCommand(command);
   if (result.exit_code != 0) {
     ADD_FAILURE() << "the numpy reference failed (exit " << result.exit_code
@@ -140,48 +148,93 @@ struct Case {
   bool write_tied_lm_head = false;
 };
 
-void ExpectMatchesReference(const Case& c) {
+// A tensor-parallel world, with or without expert parallelism.
+struct World {
+  int size;
+  bool expert_parallel;
+};
+
+// The worst logit error of `got` against `want` (relative to 1 + |want|) over every step;
+// infinity when the step counts or sizes differ.
+double WorstLogitError(const std::vector<std::vector<float>>& got,
+                       const std::vector<std::vector<float>>& want) {
+  if (got.size() != want.size()) return INFINITY;
+  double worst = 0;
+  for (size_t s = 0; s < want.size(); ++s) {
+    if (got[s].size() != want[s].size()) return INFINITY;
+    for (size_t i = 0; i < want[s].size(); ++i) {
+      worst = std::max(worst, std::abs(got[s][i] - want[s][i]) / (1.0 + std::abs(want[s][i])));
+    }
+  }
+  return worst;
+}
+
+// Generates the case's checkpoint and prompt; false (a failure recorded) when it cannot.
+bool Prepare(const Case& c, std::filesystem::path* dir, std::vector<int32_t>* prompt) {
   auto config = PresetConfig(c.preset);
-  ASSERT_TRUE(config.ok()) << config.status();
+  if (!config.ok()) {
+    ADD_FAILURE() << config.status();
+    return false;
+  }
   if (c.adjust) c.adjust(&*config);
-  const auto dir = testing::ScratchDir("model");
+  *dir = testing::ScratchDir("model");
   GenerateOptions options;
-  options.out_dir = dir;
+  options.out_dir = *dir;
   options.dtype = DType::kF32;
   options.seed = 3;
   options.write_tied_lm_head = c.write_tied_lm_head;
-  ASSERT_TRUE(GenerateRandomCheckpoint(*config, options).ok());
-
-  // Token ids spread over the whole vocabulary, deterministic.
-  std::vector<int32_t> prompt;
-  for (int i = 0; i < c.prompt_len; ++i) {
-    prompt.push_back(3 + static_cast<int32_t>((i * 7919 + 11) % (config->vocab_size - 3)));
+  if (absl::Status s = GenerateRandomCheckpoint(*config, options); !s.ok()) {
+    ADD_FAILURE() << s;
+    return false;
   }
+  // Token ids spread over the whole vocabulary, deterministic.
+  for (int i = 0; i < c.prompt_len; ++i) {
+    prompt->push_back(3 + static_cast<int32_t>((i * 7919 + 11) % (config->vocab_size - 3)));
+  }
+  return true;
+}
+
+void ExpectMatchesReference(const Case& c) {
+  std::filesystem::path dir;
+  std::vector<int32_t> prompt;
+  if (!Prepare(c, &dir, &prompt)) return;
   Reference ref;
-  if (!RunReference(dir, prompt, c.steps, &ref)) return;
+  if (!RunReference(dir, prompt, c.steps, "", &ref)) return;
   ASSERT_EQ(ref.ids.size(), static_cast<size_t>(c.steps));
 
-  for (int world : {1, 2, 4}) {
-    const std::vector<Greedy> ranks = RunWorld(dir, world, prompt, c.steps, c.chunk);
-    for (int r = 0; r < world; ++r) {
-      SCOPED_TRACE(absl::StrCat("tp ", world, " rank ", r));
+  const bool moe = PresetConfig(c.preset)->is_moe();
+  std::vector<World> worlds = {{1, false}, {2, false}, {4, false}};
+  if (moe) worlds.insert(worlds.end(), {{2, true}, {4, true}});
+  for (const World& world : worlds) {
+    const std::vector<Greedy> ranks =
+        RunWorld(dir, world.size, world.expert_parallel, prompt, c.steps, c.chunk);
+    for (int r = 0; r < world.size; ++r) {
+      SCOPED_TRACE(absl::StrCat(world.expert_parallel ? "ep " : "tp ", world.size, " rank ", r));
       ASSERT_TRUE(ranks[r].status.ok()) << ranks[r].status;
       EXPECT_EQ(ranks[r].ids, ref.ids);
-      ASSERT_EQ(ranks[r].step_logits.size(), ref.step_logits.size());
-      double worst = 0;
-      for (size_t s = 0; s < ref.step_logits.size(); ++s) {
-        const std::vector<float>& want = ref.step_logits[s];
-        const std::vector<float>& got = ranks[r].step_logits[s];
-        ASSERT_EQ(got.size(), want.size());
-        for (size_t i = 0; i < want.size(); ++i) {
-          const double err = std::abs(got[i] - want[i]) / (1.0 + std::abs(want[i]));
-          worst = std::max(worst, err);
-        }
-      }
+      const double worst = WorstLogitError(ranks[r].step_logits, ref.step_logits);
       EXPECT_LT(worst, 1e-4) << "worst logit error (relative to 1 + |ref|)";
-      if (world == 1 && r == 0) std::printf("worst logit error %.2e\n", worst);
+      if (r == 0) {
+        std::printf("%s %d: worst logit error %.2e\n", world.expert_parallel ? "ep" : "tp",
+                    world.size, worst);
+      }
     }
   }
+}
+
+// The reference run with `flags` (a feature turned off) must not be matched: it shows the
+// feature changes the output, so ExpectMatchesReference would catch its absence.
+void ExpectDiffersFromReference(const Case& c, const std::string& flags) {
+  std::filesystem::path dir;
+  std::vector<int32_t> prompt;
+  if (!Prepare(c, &dir, &prompt)) return;
+  Reference ref;
+  if (!RunReference(dir, prompt, c.steps, flags, &ref)) return;
+  const std::vector<Greedy> ranks = RunWorld(dir, 1, false, prompt, c.steps, c.chunk);
+  ASSERT_TRUE(ranks[0].status.ok()) << ranks[0].status;
+  const double worst = WorstLogitError(ranks[0].step_logits, ref.step_logits);
+  std::printf("against the reference with %s: worst logit error %.2e\n", flags.c_str(), worst);
+  EXPECT_GT(worst, 1e-2) << "Tessera matches the reference run with " << flags;
 }
 
 // Llama 3.1 rope scaling from an original context of 64: positions up to 200.
@@ -278,6 +331,48 @@ TEST(ReferenceForwardTest, LlamaAttentionBiasOnQkvAndO) {
 // A tied checkpoint that also stores lm_head.weight (some exports do) loads the same.
 TEST(ReferenceForwardTest, TiedWithStoredLmHead) {
   ExpectMatchesReference({"tiny-qwen2", nullptr, 30, 8, 30, /*write_tied_lm_head=*/true});
+}
+
+// Qwen3: q/k norms per head before RoPE, head_dim not hidden / heads.
+TEST(ReferenceForwardTest, Qwen3QkNorm) {
+  ExpectMatchesReference({"tiny-qwen3", nullptr, 40, 12, 16});
+}
+
+TEST(ReferenceForwardTest, Qwen3WithoutQkNormIsCaught) {
+  ExpectDiffersFromReference({"tiny-qwen3", nullptr, 40, 12, 16}, "--no-qk-norm");
+}
+
+// 8 experts, top 2, always renormalised; a sliding window shorter than the prompt.
+TEST(ReferenceForwardTest, MixtralExperts) {
+  ExpectMatchesReference({"tiny-mixtral", nullptr, 50, 16, 20});
+}
+
+// norm_topk_prob true, one dense layer (mlp_only_layers) among the sparse ones.
+TEST(ReferenceForwardTest, Qwen3MoeExperts) {
+  ExpectMatchesReference({"tiny-qwen3-moe", nullptr, 40, 16, 16});
+}
+
+TEST(ReferenceForwardTest, Qwen3MoeWithoutRenormalisationIsCaught) {
+  ExpectDiffersFromReference({"tiny-qwen3-moe", nullptr, 40, 8, 16}, "--no-renormalize");
+}
+
+TEST(ReferenceForwardTest, Qwen3MoeWithoutQkNormIsCaught) {
+  ExpectDiffersFromReference({"tiny-qwen3-moe", nullptr, 40, 8, 16}, "--no-qk-norm");
+}
+
+// A shared expert behind its sigmoid gate, norm_topk_prob false, q/k/v biases.
+TEST(ReferenceForwardTest, Qwen2MoeSharedExpert) {
+  ExpectMatchesReference({"tiny-qwen2-moe", nullptr, 40, 16, 16});
+}
+
+// Every layer sparse (decoder_sparse_step 1, no dense layers), prefill in one chunk.
+TEST(ReferenceForwardTest, Qwen3MoeAllLayersSparseRenormalisationOff) {
+  ExpectMatchesReference({"tiny-qwen3-moe",
+                          [](ModelConfig* c) {
+                            c->moe.dense_layers.clear();
+                            c->moe.normalize_top_k = false;
+                          },
+                          30, 8, 30});
 }
 
 }  // namespace

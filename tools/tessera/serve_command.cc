@@ -134,6 +134,9 @@ int ServeMain(int argc, char** argv) {
   std::string quantization = "none", kv_cache_dtype = "auto";
   flags.String("quantization", &quantization, "Weights quantized at load time: none, int8 or fp8.");
   flags.String("kv-cache-dtype", &kv_cache_dtype, "KV-cache element type: auto, bf16, fp8 or fp32.");
+  bool expert_parallel = false;
+  flags.Bool("expert-parallel", &expert_parallel,
+             "Mixtures of experts: whole experts per worker instead of every expert split across the tp workers.");
   flags.String("policy", &policy, "Scheduling policy: fcfs or priority.");
   SpeculativeOptions speculative;
   AddSpeculativeFlags(flags, &speculative);
@@ -266,6 +269,7 @@ int ServeMain(int argc, char** argv) {
                             "--metrics-port", absl::StrCat(metrics_port), "--http-port", absl::StrCat(http_port),
                             absl::StrCat("--served-model-name=", served_model_name),
                             "--join-secret-file", join_secret->child_path()};
+  if (expert_parallel) coordinator_args.push_back("--expert-parallel");
   if (!api_keys_file.empty()) {
     coordinator_args.push_back("--api-keys-file");
     coordinator_args.push_back(api_keys_file);

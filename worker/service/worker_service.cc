@@ -7,6 +7,7 @@
 #include "absl/strings/str_cat.h"
 #include "common/checkpoint_quantization.h"
 #include "common/grpc_status.h"
+#include "common/model_config.h"
 #include "common/status_macros.h"
 #include "worker/backend_factory.h"
 #include "worker/comm/gloo_communicator.h"
@@ -218,6 +219,7 @@ grpc::Status WorkerServiceImpl::LoadShard(grpc::ServerContext*, const v1::LoadSh
   } else {
     return ToGrpcStatus(d.status());
   }
+  load_options.expert_parallel = request->expert_parallel();
   auto model = LlamaModel::Load(request->model_dir(), backend_, comm_.get(),
                                 [&](int done, int total, uint64_t bytes) {
                                   v1::LoadShardProgress p;
@@ -231,7 +233,12 @@ grpc::Status WorkerServiceImpl::LoadShard(grpc::ServerContext*, const v1::LoadSh
   model_ = std::move(*model);
   if (method == "draft") {
     // The draft is sharded over the same ranks and quantized and cached like the target.
-    auto draft = LlamaModel::Load(request->draft_model_dir(), backend_, comm_.get(), nullptr, load_options);
+    // Expert parallelism applies to a draft only when it is a mixture of experts too.
+    ModelLoadOptions draft_options = load_options;
+    if (auto draft_config = ModelConfig::Load(request->draft_model_dir()); draft_config.ok()) {
+      draft_options.expert_parallel = load_options.expert_parallel && draft_config->is_moe();
+    }
+    auto draft = LlamaModel::Load(request->draft_model_dir(), backend_, comm_.get(), nullptr, draft_options);
     if (!draft.ok()) {
       return ToGrpcStatus(absl::Status(draft.status().code(), absl::StrCat("draft model ", request->draft_model_dir(),
                                                                            ": ", draft.status().message())));

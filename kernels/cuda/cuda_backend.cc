@@ -83,9 +83,10 @@ CudaBackend::~CudaBackend() {
   cudaStreamSynchronize(stream_);
   gemm_.reset();
   for (Scratch* s : {&activations_, &gemm_out_, &dequantized_, &attention_, &sampling_, &fp8_inputs_,
-                     &penalized_, &sample_io_}) {
+                     &penalized_, &sample_io_, &moe_}) {
     if (s->data != nullptr) cudaFree(s->data);
   }
+  for (auto& [key, table] : expert_tables_) cudaFree(table.device);
   if (staging_ != nullptr) cudaFreeHost(staging_);
   for (cudaGraphExec_t g : graphs_) cudaGraphExecDestroy(g);
   cudaStreamDestroy(stream_);

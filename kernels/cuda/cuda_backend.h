@@ -9,6 +9,7 @@
 #include <memory>
 #include <string>
 #include <string_view>
+#include <unordered_map>
 #include <vector>
 
 #include "absl/status/status.h"
@@ -90,25 +91,27 @@ class CudaBackend final : public Backend {
                       const void* k_cache, const void* v_cache, const KvCacheShape& shape,
                       int num_q_heads, float scale, void* out) override;
   void Add(void* y, const void* x, size_t n) override;
-  // Qwen3 and mixtures of experts (moe_kernels.cu). Not yet on this backend: each records
-  // an UNIMPLEMENTED error, so a step that reaches one fails with it.
+  // Qwen3 and mixtures of experts (cuda_backend_moe.cc; kernels in moe_kernels.cu,
+  // moe_grouped_kernels.cu and elementwise_kernels.cu).
   void HeadRmsNorm(void* x, int n, int row_stride, int num_heads, int head_dim,
-                   const float* weight, float eps) override {
-    RecordLaunch(false, "HeadRmsNorm (Qwen3 q/k norm) is not implemented on CUDA yet");
-  }
+                   const float* weight, float eps) override;
+  // num_experts <= gpu::kMoeMaxExperts, top_k <= gpu::kMoeMaxTopK.
   void MoeRoute(const float* router_logits, int n, int num_experts, int top_k, bool renormalize,
-                int32_t* expert_ids, float* weights) override {
-    RecordLaunch(false, "MoeRoute is not implemented on CUDA yet");
-  }
+                int32_t* expert_ids, float* weights) override;
+  // Expert weights BF16, F16, kI8 (row-major, per-row or grouped scales) or kF8E4M3; other
+  // dtypes record UNIMPLEMENTED. At most gpu::kMoeMaxExperts held experts. n * top_k <=
+  // moe_gemv_max_pairs(): the expert GEMVs (decode); more: the grouped GEMM (prefill). Both
+  // read the routing on the device and are graph-capturable, once the layer's table of
+  // expert pointers is on the device: it is uploaded on the layer's first call (outside a
+  // capture; a capture that would need it fails) and kept, keyed by experts.gate_up.
   void MoeExperts(const void* x, int n, int hidden, const int32_t* expert_ids,
                   const float* weights, int top_k, const kernels::ExpertWeights& experts,
-                  void* out) override {
-    RecordLaunch(false, "MoeExperts is not implemented on CUDA yet");
-  }
+                  void* out) override;
   void AddSigmoidGated(void* y, const void* x, const float* gate_logits, int n,
-                       int dim) override {
-    RecordLaunch(false, "AddSigmoidGated is not implemented on CUDA yet");
-  }
+                       int dim) override;
+  // The largest n * top_k that MoeExperts gives the GEMV kernels (0: always grouped).
+  void set_moe_gemv_max_pairs(int pairs) { moe_gemv_max_pairs_ = std::max(pairs, 0); }
+  int moe_gemv_max_pairs() const { return moe_gemv_max_pairs_; }
   bool SupportsGraphs() const override { return true; }
   bool BeginCapture() override;
   int EndCapture() override;
@@ -182,6 +185,9 @@ class CudaBackend final : public Backend {
   // The GEMV kernel over m rows, 8 at a time (cuBLASLt's fallback).
   void GemvRows(const void* x, int64_t m, const MatrixView& w, void* y, DType y_dtype);
   void* Ensure(Scratch& scratch, size_t bytes, const char* what);
+  // The device table of `experts`' pointers and the args to launch with; nullptr (recorded)
+  // when the views are unusable or the table would have to be uploaded during a capture.
+  const gpu::MoeExpertsArgs* ExpertTable(const ExpertWeights& experts, int hidden);
   void Record(absl::Status status);
   void RecordLaunch(bool ok, const std::string& error);
   void RecordCuda(cudaError_t err, const char* what);
@@ -197,6 +203,17 @@ class CudaBackend final : public Backend {
   Scratch penalized_;    // SampleOnDevice: the logits with penalties applied.
   Scratch sample_io_;    // SampleOnDevice: parameters and penalty lists in, ids and logprobs out.
   Scratch fp8_inputs_;   // FP8 activations and their scale for one prefill GEMM.
+  Scratch moe_;          // MoeExperts: routed activations, tiles, per-pair outputs.
+  // One MoE layer's uploaded expert pointers, with the views they came from (a call whose
+  // views differ, say after a reload at the same address, uploads again).
+  struct ExpertTableEntry {
+    std::vector<MatrixView> gate_up;
+    std::vector<MatrixView> down;
+    gpu::MoeExpertPointers* device = nullptr;  // [gate_up.size()]
+    gpu::MoeExpertsArgs args;
+  };
+  std::unordered_map<const MatrixView*, ExpertTableEntry> expert_tables_;
+  int moe_gemv_max_pairs_ = 64;
   // Stream capture: while capturing_, anything that would wait for the device or grow
   // scratch marks the capture failed instead of running (and errors go to capture_error_).
   bool capturing_ = false;

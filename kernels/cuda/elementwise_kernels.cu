@@ -154,6 +154,36 @@ __global__ void AddKernel(T* y, const T* x, size_t n) {
   }
 }
 
+// One warp per (row, head) of the first num_heads heads, in place: each lane re-reads only
+// the elements it summed, so no other lane's write can reach them first.
+template <typename T>
+__global__ void HeadRmsNormKernel(T* x, int n, int row_stride, int num_heads, int head_dim,
+                                  const float* weight, float eps) {
+  const int64_t warp = (blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x) / 32;
+  const int lane = threadIdx.x % 32;
+  if (warp >= static_cast<int64_t>(n) * num_heads) return;  // Whole warps exit together.
+  T* head = x + warp / num_heads * row_stride + warp % num_heads * head_dim;
+  float sum_sq = 0.0f;
+  for (int d = lane; d < head_dim; d += 32) {
+    const float v = ToFloat(head[d]);
+    sum_sq += v * v;
+  }
+  const float inv_rms = 1.0f / sqrtf(WarpSum(sum_sq) / static_cast<float>(head_dim) + eps);
+  for (int d = lane; d < head_dim; d += 32) {
+    StoreAs(ToFloat(head[d]) * inv_rms * weight[d], &head[d]);
+  }
+}
+
+template <typename T>
+__global__ void AddSigmoidGatedKernel(T* y, const T* x, const float* gate_logits,
+                                      int64_t total, int dim) {
+  for (int64_t e = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; e < total;
+       e += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    const float gate = 1.0f / (1.0f + expf(-gate_logits[e / dim]));
+    StoreAs(ToFloat(y[e]) + gate * ToFloat(x[e]), &y[e]);
+  }
+}
+
 // dst[e] = round-to-nearest-even(src[e]) in Out (a widening or a narrowing).
 template <typename In, typename Out>
 __global__ void ConvertKernel(const In* src, size_t n, Out* dst) {
@@ -342,6 +372,42 @@ bool LaunchAdd(void* y, const void* x, size_t n, cudaStream_t stream, std::strin
     return false;
   }
   return CheckLaunch("Add", error);
+}
+
+bool LaunchHeadRmsNorm(void* x, int n, int row_stride, int num_heads, int head_dim,
+                       const float* weight, float eps, cudaStream_t stream, std::string* error,
+                       DType act) {
+  if (n <= 0 || num_heads <= 0 || head_dim <= 0) {
+    return WithActivationType(act, "HeadRmsNorm", error, [](auto) {});
+  }
+  if (static_cast<int64_t>(num_heads) * head_dim > row_stride) {
+    return Fail(error, "HeadRmsNorm: " + std::to_string(num_heads) + " heads of " +
+                           std::to_string(head_dim) + " exceed the row stride " +
+                           std::to_string(row_stride));
+  }
+  const int64_t threads = static_cast<int64_t>(n) * num_heads * 32;
+  if (!WithActivationType(act, "HeadRmsNorm", error, [&](auto t) {
+        using T = decltype(t);
+        HeadRmsNormKernel<T><<<GridFor(threads, kThreads), kThreads, 0, stream>>>(
+            static_cast<T*>(x), n, row_stride, num_heads, head_dim, weight, eps);
+      })) {
+    return false;
+  }
+  return CheckLaunch("HeadRmsNorm", error);
+}
+
+bool LaunchAddSigmoidGated(void* y, const void* x, const float* gate_logits, int n, int dim,
+                           cudaStream_t stream, std::string* error, DType act) {
+  if (n <= 0 || dim <= 0) return WithActivationType(act, "AddSigmoidGated", error, [](auto) {});
+  const int64_t total = static_cast<int64_t>(n) * dim;
+  if (!WithActivationType(act, "AddSigmoidGated", error, [&](auto t) {
+        using T = decltype(t);
+        AddSigmoidGatedKernel<T><<<GridFor(total, kThreads), kThreads, 0, stream>>>(
+            static_cast<T*>(y), static_cast<const T*>(x), gate_logits, total, dim);
+      })) {
+    return false;
+  }
+  return CheckLaunch("AddSigmoidGated", error);
 }
 
 bool LaunchConvert(const void* src, DType src_dtype, size_t n, DType dtype, void* dst,

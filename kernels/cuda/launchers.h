@@ -46,6 +46,15 @@ bool LaunchAdd(void* y, const void* x, size_t n, cudaStream_t stream, std::strin
 bool LaunchConvert(const void* src, DType src_dtype, size_t n, DType dtype, void* dst,
                    cudaStream_t stream, std::string* error);
 
+// Qwen3's q/k norm (Backend::HeadRmsNorm): one warp per (row, head), float32 sum of
+// squares, in place.
+bool LaunchHeadRmsNorm(void* x, int n, int row_stride, int num_heads, int head_dim,
+                       const float* weight, float eps, cudaStream_t stream, std::string* error,
+                       DType act = DType::kF32);
+// y[i, :] += sigmoid(gate_logits[i]) * x[i, :] (Backend::AddSigmoidGated).
+bool LaunchAddSigmoidGated(void* y, const void* x, const float* gate_logits, int n, int dim,
+                           cudaStream_t stream, std::string* error, DType act = DType::kF32);
+
 // ---- GEMV for few rows (gemv_kernels.cu): y[m, w.rows] = x[m, w.cols] * w^T with BF16 or
 // F16 weights, x in `x_dtype` (F32 or BF16), y in `y_dtype` (F32 or BF16), float32
 // accumulation. Streams the weights with 128-bit loads when w.cols % 8 == 0 and both
@@ -94,6 +103,72 @@ bool LaunchQuantizeActivationsFp8(const void* x, size_t n, void* workspace, void
 bool LaunchScaleColumns(const float* src, const float* col_scales, const float* tensor_scale,
                         int64_t m, int64_t n, void* y, cudaStream_t stream, std::string* error,
                         DType y_dtype = DType::kF32);
+
+// ---- Mixtures of experts (moe_kernels.cu, moe_grouped_kernels.cu).
+// The router (Backend::MoeRoute): one warp per row of logits, softmax in float32, top_k
+// picked by logit (so the order is the CPU's double-precision one exactly; equal logits:
+// the lower id first).
+constexpr int kMoeMaxExperts = 512;
+constexpr int kMoeMaxTopK = 16;
+bool LaunchMoeRoute(const float* logits, int n, int num_experts, int top_k, bool renormalize,
+                    int32_t* expert_ids, float* weights, cudaStream_t stream, std::string* error);
+
+// One held expert's weights as the expert kernels find them: a device array of these,
+// indexed by local expert (expert id - first_expert), lets a kernel follow the routing it
+// reads on the device, so no step waits for the host.
+struct MoeExpertPointers {
+  const void* gate_up = nullptr;         // [2 * intermediate, hidden]
+  const float* gate_up_scales = nullptr;  // kI8 / kF8E4M3 only (see MatrixView)
+  const void* down = nullptr;            // [hidden, intermediate]
+  const float* down_scales = nullptr;
+};
+
+// One layer's held experts: every expert has the same dtype, shapes and scale groups.
+struct MoeExpertsArgs {
+  const MoeExpertPointers* table = nullptr;  // Device memory, [num_local].
+  int first_expert = 0;
+  int num_local = 0;
+  int hidden = 0;
+  int intermediate = 0;
+  DType weight_dtype = DType::kBF16;
+  int gate_up_group = 0;  // kI8: columns per scale (0: one per row). Else unused.
+  int down_group = 0;
+  bool aligned = false;   // Every weight pointer 16-byte aligned (vector loads).
+};
+
+// Expert weight dtypes the kernels read: BF16, F16, kI8 (row-major, per-row or grouped
+// scales) and kF8E4M3 (per-row scales).
+bool MoeExpertDtypeSupported(DType dtype);
+// True when `experts` holds views the kernels can read as one MoeExpertsArgs (one dtype,
+// [2 * intermediate, hidden] and [hidden, intermediate] shapes, row-major, scales where
+// quantized); else false with a message naming the expert and the field.
+bool CheckMoeExperts(const ExpertWeights& experts, int hidden, std::string* error);
+
+// Decode: per (token, slot) routed to a held expert, gate_up GEMV, SiLU-mul into float32
+// scratch, then per token the down GEMVs of its slots, weighted and summed in float32
+// (in slot order: deterministic) into out, zeros where no slot is held. Reads only the
+// routed experts' weights; cost grows with n * top_k, so it suits small batches.
+size_t MoeExpertsGemvWorkspaceBytes(int n, int top_k, int intermediate);
+bool LaunchMoeExpertsGemv(const void* x, int n, const int32_t* expert_ids,
+                          const float* weights, int top_k, const MoeExpertsArgs& args,
+                          void* workspace, size_t workspace_bytes, void* out,
+                          cudaStream_t stream, std::string* error, DType act = DType::kF32);
+
+// Prefill: per chunk of tokens, a device kernel buckets the (token, slot) pairs by held
+// expert and lays out row tiles; a tiled grouped GEMM (float32 accumulation; BF16 tensor
+// cores when `tensor_cores` (sm_80+) and act is BF16, float32 FMA otherwise) runs gate_up
+// with SiLU-mul fused, then down, over each expert's rows; a last kernel sums each token's
+// slots, weighted, in float32 and in slot order. Every size is known on the host (tile
+// counts are bounded, not counted), so it is graph-capturable too. Tokens per chunk keep the
+// workspace within a budget (MoeGroupedChunkTokens).
+int MoeGroupedChunkTokens(int n, int top_k, int hidden, int intermediate, DType act);
+size_t MoeExpertsGroupedWorkspaceBytes(int chunk_tokens, int top_k, int hidden,
+                                       int intermediate, int num_local, DType act);
+bool LaunchMoeExpertsGrouped(const void* x, int n, const int32_t* expert_ids,
+                             const float* weights, int top_k, const MoeExpertsArgs& args,
+                             int chunk_tokens, bool tensor_cores, void* workspace,
+                             size_t workspace_bytes, void* out, cudaStream_t stream,
+                             std::string* error, DType act = DType::kF32);
 
 // ---- Paged attention (attention_kernels.cu). Supported head_dim: 8, 16, 32, 64, 128.
 // q and out are activations of dtype `act` (F32 or BF16); scores, softmax and the PV

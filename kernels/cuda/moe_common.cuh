@@ -24,6 +24,22 @@ namespace tessera::kernels::gpu::moe {
 template <DType W>
 struct Weight;
 
+// F32 checkpoints (tests, and models kept in full precision) stream four bytes a weight.
+template <>
+struct Weight<DType::kF32> {
+  static constexpr int kBytes = 4;
+  static constexpr bool kQuantized = false;
+  __device__ __forceinline__ static void Load8(const uint8_t* p, float* f) {
+    const float4 a = __ldg(reinterpret_cast<const float4*>(p));
+    const float4 b = __ldg(reinterpret_cast<const float4*>(p) + 1);
+    f[0] = a.x, f[1] = a.y, f[2] = a.z, f[3] = a.w;
+    f[4] = b.x, f[5] = b.y, f[6] = b.z, f[7] = b.w;
+  }
+  __device__ __forceinline__ static float Load1(const uint8_t* p) {
+    return __ldg(reinterpret_cast<const float*>(p));
+  }
+};
+
 template <>
 struct Weight<DType::kBF16> {
   static constexpr int kBytes = 2;
@@ -149,6 +165,9 @@ __device__ __forceinline__ int LocalExpert(int32_t id, int first_expert, int num
 template <typename Fn>
 bool WithWeightDtype(DType w, const char* what, std::string* error, Fn&& fn) {
   switch (w) {
+    case DType::kF32:
+      fn(std::integral_constant<DType, DType::kF32>{});
+      return true;
     case DType::kBF16:
       fn(std::integral_constant<DType, DType::kBF16>{});
       return true;
@@ -163,7 +182,7 @@ bool WithWeightDtype(DType w, const char* what, std::string* error, Fn&& fn) {
       return true;
     default:
       return Fail(error, std::string(what) + ": expert weight dtype " + DTypeName(w) +
-                             " is not supported on CUDA (BF16, F16, I8 or F8_E4M3)");
+                             " is not supported on CUDA (F32, BF16, F16, I8 or F8_E4M3)");
   }
 }
 

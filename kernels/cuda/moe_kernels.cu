@@ -265,8 +265,8 @@ bool LaunchMoeRoute(const float* logits, int n, int num_experts, int top_k, bool
 }
 
 bool MoeExpertDtypeSupported(DType dtype) {
-  return dtype == DType::kBF16 || dtype == DType::kF16 || dtype == DType::kI8 ||
-         dtype == DType::kF8E4M3;
+  return dtype == DType::kF32 || dtype == DType::kBF16 || dtype == DType::kF16 ||
+         dtype == DType::kI8 || dtype == DType::kF8E4M3;
 }
 
 bool CheckMoeExperts(const ExpertWeights& experts, int hidden, std::string* error) {

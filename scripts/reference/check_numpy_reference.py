@@ -282,14 +282,25 @@ def relative_max(ours, ref):
     return float(np.max(np.abs(ours - ref) / (1.0 + np.abs(ref))))
 
 
-def check_case(name, overrides, folder, prompt):
+def safetensors_names(folder):
+    names = set()
+    for file in os.listdir(folder):
+        if file.endswith(".safetensors"):
+            with open(os.path.join(folder, file), "rb") as f:
+                (n,) = struct.unpack("<Q", f.read(8))
+                names |= set(json.loads(f.read(n))) - {"__metadata__"}
+    return names
+
+
+def check_case(name, folder, prompt, overrides):
+    """Compares transformers and numpy_llama on the checkpoint in `folder`."""
     import numpy as np
     import numpy_llama
     import torch
     import transformers
 
-    config = dict(BASE, **overrides)
-    write_checkpoint(folder, config, seed=zlib.crc32(name.encode()))
+    with open(os.path.join(folder, "config.json")) as f:
+        config = json.load(f)
     model, info = transformers.AutoModelForCausalLM.from_pretrained(
         folder, dtype=torch.float64, attn_implementation="sdpa", experts_implementation="eager",
         output_loading_info=True)
@@ -308,7 +319,7 @@ def check_case(name, overrides, folder, prompt):
                        if type(m).__name__.endswith("RotaryEmbedding")).inv_freq
     result = {
         "architecture": config["architectures"][0],
-        "config": overrides,
+        "config": overrides if overrides is not None else folder,
         "loaded_as": type(model).__name__,
         "hf_dtype": str(next(model.parameters()).dtype),
         "loading_problems": problems,
@@ -322,29 +333,23 @@ def check_case(name, overrides, folder, prompt):
         "numpy_windows": reference.windows,
     }
     if reference.moe is not None:
-        result["min_topk_router_margin"] = reference.min_topk_margin
+        result["min_topk_router_logit_margin"] = reference.min_topk_margin
         # transformers 5 fuses the experts in memory; record how, and that save_pretrained
         # converts back to the hub's per-expert names that Tessera reads.
         result["in_memory_expert_tensors"] = {
             k: list(v.shape) for k, v in model.state_dict().items()
             if ".layers.1.mlp.experts" in k or ".layers.1.block_sparse_moe.experts" in k}
-        saved = os.path.join(folder, "saved")
-        model.save_pretrained(saved)
-        saved_names = set()
-        for file in os.listdir(saved):
-            if file.endswith(".safetensors"):
-                with open(os.path.join(saved, file), "rb") as f:
-                    (n,) = struct.unpack("<Q", f.read(8))
-                    saved_names |= set(json.loads(f.read(n))) - {"__metadata__"}
-        written = {name for name, _, _ in tensor_shapes(config)}
-        result["save_pretrained_names_differ"] = sorted(saved_names ^ written)
+        with tempfile.TemporaryDirectory() as saved:
+            model.save_pretrained(saved)
+            result["save_pretrained_names_differ"] = sorted(
+                safetensors_names(saved) ^ safetensors_names(folder))
     # The broken variants must disagree with transformers, or the check is blind to them.
     broken = {}
     if reference.moe is not None and reference.moe["renormalize"]:
         broken["no_renormalize"] = numpy_llama.Model(folder, renormalize=False)
     if reference.qk_norm:
         broken["no_qk_norm"] = numpy_llama.Model(folder, qk_norm=False)
-    if name.endswith("_window"):
+    if name.endswith("_window") and overrides is not None:
         # Qwen2's rule (layers >= max_window_layers), which common/model_config.cc applies
         # to the Qwen MoEs too: transformers does otherwise, and this shows it matters.
         qwen2_rule = numpy_llama.Model(folder)
@@ -367,6 +372,10 @@ def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--venv", default=DEFAULT_VENV)
     parser.add_argument("--out", default=DEFAULT_OUT)
+    parser.add_argument("--checkpoint", action="append", default=[], metavar="DIR",
+                        help="also compare on this Hugging Face folder, e.g. one that "
+                        "`tessera gen-checkpoint --preset tiny-qwen3-moe --dtype f32` wrote "
+                        "(repeatable)")
     args = parser.parse_args(argv)
     ensure_venv(args.venv)
 
@@ -378,18 +387,23 @@ def main(argv=None):
     prompt = [1, 17, 42, 5, 88, 23, 61, 9, 33, 70, 14, 56, 2, 91, 38, 27]
     results = {}
     with tempfile.TemporaryDirectory() as tmp:
-        for name, overrides in CASES:
+        cases = [(name, os.path.join(tmp, name), overrides) for name, overrides in CASES]
+        cases += [("checkpoint:" + os.path.basename(os.path.normpath(d)), os.path.abspath(d),
+                   None) for d in args.checkpoint]
+        for name, folder, overrides in cases:
             try:
-                results[name] = check_case(name, overrides, os.path.join(tmp, name), prompt)
+                if overrides is not None:
+                    write_checkpoint(folder, dict(BASE, **overrides),
+                                     seed=zlib.crc32(name.encode()))
+                results[name] = check_case(name, folder, prompt, overrides)
             except Exception as e:  # A load failure is a finding to record, not a crash.
-                results[name] = {"architecture": overrides["architectures"][0],
-                                 "config": overrides, "error": f"{type(e).__name__}: {e}",
-                                 "pass": False}
+                results[name] = {"folder": folder, "config": overrides,
+                                 "error": f"{type(e).__name__}: {e}", "pass": False}
             r = results[name]
-            line = (f"{name:22s} max|diff|/(1+|ref|) = {r['max_rel_diff']:.3e} "
+            line = (f"{name:28s} max|diff|/(1+|ref|) = {r['max_rel_diff']:.3e} "
                     f"(own inv_freq {r['max_rel_diff_hf_inv_freq']:.3e}, "
                     f"as shipped {r['max_rel_diff_float32_islands']:.3e})"
-                    if "max_rel_diff" in r else f"{name:22s} ERROR {r['error']}")
+                    if "max_rel_diff" in r else f"{name:28s} ERROR {r['error']}")
             if r.get("broken_variants_max_rel_diff"):
                 line += "  broken: " + ", ".join(
                     f"{k} {v:.3e}" for k, v in r["broken_variants_max_rel_diff"].items())
@@ -402,8 +416,10 @@ def main(argv=None):
     record = {
         "what": "tests/reference/numpy_llama.py against Hugging Face transformers: logits of "
                 "every position of a 16-token prompt on tiny random checkpoints in the hub "
-                "layout (per-expert tensors), both in float64",
-        "how": "python3 scripts/reference/check_numpy_reference.py",
+                "layout (per-expert tensors), both in float64; 'checkpoint:' cases are "
+                "folders given with --checkpoint",
+        "how": " ".join(["python3", os.path.relpath(os.path.abspath(__file__), SOURCE),
+                         *sys.argv[1:]]),
         "metric": "max over positions and vocabulary of |numpy - transformers| / "
                   "(1 + |transformers|)",
         "tolerance": TOLERANCE,

@@ -238,9 +238,11 @@ class Model:
         self.moe = moe_config(c, arch)
         if self.moe is not None and not renormalize:
             self.moe["renormalize"] = False
-        # The smallest gap between the k-th and the (k+1)-th router probability seen so
-        # far: a tie there would make the expert choice depend on rounding.
+        # The smallest gap between the router logits of the k-th and the (k+1)-th expert
+        # seen so far (a tie there would make the expert choice depend on rounding), and
+        # how many token choices each expert got.
         self.min_topk_margin = math.inf
+        self.expert_counts = None if self.moe is None else np.zeros(self.moe["num_experts"], int)
         if "lm_head.weight" in self.w and not c.get("tie_word_embeddings", False):
             self.lm_head = self.w["lm_head.weight"]
         else:
@@ -318,9 +320,10 @@ class Model:
         ids = order[:, :top_k]
         weights = np.take_along_axis(probs, ids, axis=-1)
         if top_k < probs.shape[-1]:
-            next_best = np.take_along_axis(probs, order[:, top_k:top_k + 1], axis=-1)
-            margin = float((weights[:, -1:] - next_best).min())
-            self.min_topk_margin = min(self.min_topk_margin, margin)
+            kth = np.take_along_axis(logits, order[:, top_k - 1:top_k], axis=-1)
+            next_best = np.take_along_axis(logits, order[:, top_k:top_k + 1], axis=-1)
+            self.min_topk_margin = min(self.min_topk_margin, float((kth - next_best).min()))
+        self.expert_counts += np.bincount(ids.ravel(), minlength=probs.shape[-1])
         if self.moe["renormalize"]:
             weights = weights / weights.sum(axis=-1, keepdims=True)
         return ids, weights
@@ -371,14 +374,16 @@ def main(argv=None):
     parser.add_argument("--no-qk-norm", action="store_true",
                         help="skip Qwen3's q/k norm (a broken model, for negative tests)")
     parser.add_argument("--router-stats", action="store_true",
-                        help="print the smallest gap between the k-th and the next router "
-                        "probability to stderr (a tie would make expert choice fragile)")
+                        help="print to stderr the smallest gap between the router logits of "
+                        "the k-th and the next expert (a near tie makes the choice fragile) "
+                        "and how often each expert was chosen")
     args = parser.parse_args(argv)
     prompt = [int(t) for t in args.prompt_ids.split(",") if t]
     model = Model(args.model, renormalize=not args.no_renormalize, qk_norm=not args.no_qk_norm)
     generated, logits = model.greedy(prompt, args.max_new_tokens)
-    if args.router_stats:
-        print(f"min top-k router margin: {model.min_topk_margin:.6g}", file=sys.stderr)
+    if args.router_stats and model.moe is not None:
+        print(f"min top-k router logit margin: {model.min_topk_margin:.6g}; expert choices: "
+              f"{model.expert_counts.tolist()}", file=sys.stderr)
     result = {
         "what": "numpy reference (tests/reference/numpy_llama.py) greedy continuation",
         "model": os.path.abspath(args.model),

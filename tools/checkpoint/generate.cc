@@ -491,7 +491,9 @@ absl::Status GenerateRandomCheckpoint(const ModelConfig& config, const GenerateO
   // The config goes through the same validation a loader applies.
   ModelConfig c = config;
   c.torch_dtype = options.dtype;
-  RETURN_IF_ERROR(ModelConfig::FromJson(c.ToJson(), "generated config").status());
+  // The tensors follow the config as a loader reads it back from config.json: Mixtral's
+  // experts, for one, take intermediate_size whatever moe.intermediate_size held.
+  ASSIGN_OR_RETURN(const ModelConfig loaded, ModelConfig::FromJson(c.ToJson(), "generated config"));
   const std::optional<ByteLevelChoice> byte_level = ByteLevelFor(c);
   std::optional<ByteLevelTokenizerFiles> tokenizer;
   if (byte_level.has_value()) {
@@ -525,7 +527,7 @@ absl::Status GenerateRandomCheckpoint(const ModelConfig& config, const GenerateO
           "the generated tokenizer has <s> = 1 and </s> = 2; set bos_token_id 1 and eos 2");
     }
   }
-  const std::vector<TensorSpec> specs = TensorSpecs(c, options.write_tied_lm_head);
+  const std::vector<TensorSpec> specs = TensorSpecs(loaded, options.write_tied_lm_head);
   const int num_shards = options.num_shards;
   if (num_shards < 1 || static_cast<size_t>(num_shards) > specs.size()) {
     return absl::InvalidArgumentError(absl::StrCat("num_shards must be in [1, ", specs.size(),

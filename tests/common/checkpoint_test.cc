@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "common/file_util.h"
 #include "common/model_config.h"
 #include "common/safetensors.h"
@@ -339,6 +340,130 @@ TEST(CheckpointTest, GeneratorRejectsBadOptions) {
   EXPECT_EQ(big->hidden_size, 8192);
   EXPECT_EQ(PresetConfig("llama3-8b", 3)->num_hidden_layers, 3);
   EXPECT_TRUE(PresetConfig("llama-1b")->tie_word_embeddings);
+}
+
+// The Qwen3 and mixture-of-experts presets: q/k norms, routers, experts and shared experts
+// under each family's Hugging Face names, dense MLPs on the dense layers only, the router's
+// larger scale, sharding-independent values and progress that counts every byte.
+TEST(CheckpointTest, MoeAndQwen3PresetsWriteTheFamilysTensors) {
+  struct Case {
+    const char* preset;
+    std::vector<std::pair<std::string, std::vector<int64_t>>> present;
+    std::vector<std::string> absent;
+  };
+  const std::vector<Case> cases = {
+      {"tiny-qwen3",
+       {{"model.layers.2.self_attn.q_norm.weight", {32}},
+        {"model.layers.2.self_attn.k_norm.weight", {32}},
+        {"model.layers.2.self_attn.q_proj.weight", {128, 64}},
+        {"model.layers.2.self_attn.o_proj.weight", {64, 128}},
+        {"model.layers.2.mlp.gate_proj.weight", {202, 64}}},
+       {"model.layers.0.mlp.gate.weight", "model.layers.0.self_attn.q_proj.bias"}},
+      {"tiny-mixtral",
+       {{"model.layers.2.block_sparse_moe.gate.weight", {8, 64}},
+        {"model.layers.2.block_sparse_moe.experts.7.w1.weight", {40, 64}},
+        {"model.layers.2.block_sparse_moe.experts.7.w3.weight", {40, 64}},
+        {"model.layers.2.block_sparse_moe.experts.7.w2.weight", {64, 40}}},
+       {"model.layers.0.mlp.gate_proj.weight", "model.layers.0.self_attn.q_norm.weight"}},
+      {"tiny-qwen3-moe",
+       {{"model.layers.0.self_attn.q_norm.weight", {16}},
+        {"model.layers.0.mlp.gate.weight", {8, 64}},
+        {"model.layers.3.mlp.experts.7.gate_proj.weight", {24, 64}},
+        {"model.layers.3.mlp.experts.7.up_proj.weight", {24, 64}},
+        {"model.layers.3.mlp.experts.7.down_proj.weight", {64, 24}},
+        {"model.layers.1.mlp.gate_proj.weight", {202, 64}}},  // mlp_only_layers [1].
+       {"model.layers.1.mlp.gate.weight", "model.layers.0.mlp.gate_proj.weight",
+        "model.layers.0.mlp.shared_expert_gate.weight"}},
+      {"tiny-qwen2-moe",
+       {{"model.layers.0.self_attn.q_proj.bias", {64}},
+        {"model.layers.0.mlp.gate.weight", {8, 64}},
+        {"model.layers.2.mlp.experts.7.down_proj.weight", {64, 16}},
+        {"model.layers.2.mlp.shared_expert.gate_proj.weight", {64, 64}},
+        {"model.layers.2.mlp.shared_expert.up_proj.weight", {64, 64}},
+        {"model.layers.2.mlp.shared_expert.down_proj.weight", {64, 64}},
+        {"model.layers.2.mlp.shared_expert_gate.weight", {1, 64}}},
+       {"model.layers.0.self_attn.o_proj.bias", "model.layers.0.self_attn.q_norm.weight",
+        "model.layers.0.mlp.gate_proj.weight"}},
+  };
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.preset);
+    auto config = PresetConfig(c.preset);
+    ASSERT_TRUE(config.ok()) << config.status();
+    std::vector<std::filesystem::path> dirs;
+    uint64_t last_done = 0, last_total = 0;
+    for (int shards : {1, 3}) {
+      GenerateOptions options;
+      options.out_dir = testing::ScratchDir(absl::StrCat(c.preset, "-", shards));
+      options.dtype = DType::kF32;
+      options.num_shards = shards;
+      options.seed = 11;
+      options.progress = [&](uint64_t done, uint64_t total) {
+        last_done = done;
+        last_total = total;
+      };
+      ASSERT_TRUE(GenerateRandomCheckpoint(*config, options).ok());
+      dirs.push_back(options.out_dir);
+    }
+    auto single = OpenOrDie(dirs[0]);
+    auto sharded = OpenOrDie(dirs[1]);
+    ASSERT_NE(single, nullptr);
+    ASSERT_NE(sharded, nullptr);
+    for (const auto& [name, shape] : c.present) {
+      auto info = single->Info(name);
+      ASSERT_TRUE(info.ok()) << info.status();
+      EXPECT_EQ((*info)->shape, shape) << name;
+      EXPECT_EQ(ReadF32(*single, name), ReadF32(*sharded, name)) << name;
+    }
+    for (const std::string& name : c.absent) EXPECT_FALSE(single->Has(name)) << name;
+
+    auto file = SafetensorsFile::Open(dirs[0] / "model.safetensors");
+    ASSERT_TRUE(file.ok());
+    uint64_t bytes = 0;
+    for (const TensorInfo& t : (*file)->tensors()) bytes += t.num_bytes();
+    EXPECT_EQ(last_total, bytes);
+    EXPECT_EQ(last_done, bytes);
+
+    // Config round trip: the loader sees the preset's experts and q/k norm.
+    auto loaded = ModelConfig::Load(dirs[0]);
+    ASSERT_TRUE(loaded.ok()) << loaded.status();
+    EXPECT_EQ(loaded->moe.num_experts, config->moe.num_experts);
+    EXPECT_EQ(loaded->moe.top_k, config->moe.top_k);
+    EXPECT_EQ(loaded->moe.dense_layers, config->moe.dense_layers);
+    EXPECT_EQ(loaded->qk_norm, config->qk_norm);
+    EXPECT_EQ(loaded->head_dim, config->head_dim);
+  }
+}
+
+TEST(CheckpointTest, RouterWeightsAreScaledForSeparatedLogits) {
+  auto config = PresetConfig("tiny-qwen3-moe");
+  ASSERT_TRUE(config.ok());
+  GenerateOptions options;
+  options.out_dir = testing::ScratchDir("router");
+  options.dtype = DType::kF32;
+  ASSERT_TRUE(GenerateRandomCheckpoint(*config, options).ok());
+  auto ckpt = OpenOrDie(options.out_dir);
+  ASSERT_NE(ckpt, nullptr);
+  const std::vector<float> w = ReadF32(*ckpt, "model.layers.0.mlp.gate.weight");
+  double sq = 0;
+  for (float v : w) sq += double{v} * v;
+  // Router logits of a unit-RMS input have a standard deviation of about 4.
+  EXPECT_NEAR(std::sqrt(sq / w.size()) * std::sqrt(64.0), 4.0, 0.4);
+  for (float v : ReadF32(*ckpt, "model.layers.0.self_attn.k_norm.weight")) {
+    EXPECT_NEAR(v, 1.0f, 0.1f);
+  }
+}
+
+TEST(CheckpointTest, PresetLayerOverrideDropsDenseLayersPastTheEnd) {
+  auto one = PresetConfig("tiny-qwen3-moe", 1);
+  ASSERT_TRUE(one.ok()) << one.status();
+  EXPECT_TRUE(one->moe.dense_layers.empty());
+  EXPECT_TRUE(one->IsMoeLayer(0));
+  auto mixtral = PresetConfig("mixtral-8x7b-layers");
+  ASSERT_TRUE(mixtral.ok());
+  EXPECT_EQ(mixtral->num_hidden_layers, 2);
+  EXPECT_EQ(mixtral->moe.intermediate_size, 14336);
+  EXPECT_EQ(PresetConfig("qwen3-235b-a22b-layers")->num_hidden_layers, 2);
+  EXPECT_EQ(PresetConfig("qwen3-235b-a22b-layers", 5)->num_hidden_layers, 5);
 }
 
 }  // namespace

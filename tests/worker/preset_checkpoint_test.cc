@@ -1,12 +1,14 @@
-// The real-model presets of gen-checkpoint (llama3.1-8b, llama3.1-70b-layers, qwen2.5-7b):
-// their configs are the real models', and a checkpoint generated from them at the real
-// vocabulary (hidden sizes shrunk so the test stays small) loads with its byte-level
-// tokenizer and generation_config.json, and runs the same at tp 1 and tp 2.
+// The real-model presets of gen-checkpoint (llama3.1-8b, llama3.1-70b-layers, qwen2.5-7b,
+// qwen3-8b, qwen3-30b-a3b, qwen3-235b-a22b-layers, mixtral-8x7b-layers): their configs are
+// the real models', and a checkpoint generated from them at the real vocabulary (hidden and
+// expert sizes shrunk so the test stays small) loads with its byte-level tokenizer and
+// generation_config.json, and runs the same at tp 1 and tp 2.
 #include <algorithm>
 #include <cmath>
 #include <thread>
 #include <vector>
 
+#include "absl/strings/match.h"
 #include "common/generation_config.h"
 #include "common/tokenizer/tokenizer.h"
 #include "gtest/gtest.h"
@@ -54,6 +56,77 @@ TEST(PresetCheckpointTest, RealPresetsCarryTheRealConfigs) {
   EXPECT_FALSE(qwen->tie_word_embeddings);
   EXPECT_EQ(qwen->bos_token_id, -1);
   EXPECT_EQ(qwen->eos_token_ids, (std::vector<int>{151645, 151643}));
+
+  auto qwen3 = PresetConfig("qwen3-8b");
+  ASSERT_TRUE(qwen3.ok()) << qwen3.status();
+  EXPECT_EQ(qwen3->architecture, "Qwen3ForCausalLM");
+  EXPECT_EQ(qwen3->hidden_size, 4096);
+  EXPECT_EQ(qwen3->intermediate_size, 12288);
+  EXPECT_EQ(qwen3->num_hidden_layers, 36);
+  EXPECT_EQ(qwen3->num_attention_heads, 32);
+  EXPECT_EQ(qwen3->num_key_value_heads, 8);
+  EXPECT_EQ(qwen3->head_dim, 128);
+  EXPECT_EQ(qwen3->vocab_size, 151936);
+  EXPECT_EQ(qwen3->max_position_embeddings, 40960);
+  EXPECT_EQ(qwen3->rope_theta, 1e6f);
+  EXPECT_EQ(qwen3->rms_norm_eps, 1e-6f);
+  EXPECT_TRUE(qwen3->qk_norm);
+  EXPECT_FALSE(qwen3->qkv_bias);
+  EXPECT_FALSE(qwen3->tie_word_embeddings);
+  EXPECT_FALSE(qwen3->is_moe());
+  EXPECT_EQ(qwen3->bos_token_id, -1);
+  EXPECT_EQ(qwen3->eos_token_ids, (std::vector<int>{151645}));
+
+  auto a3b = PresetConfig("qwen3-30b-a3b");
+  ASSERT_TRUE(a3b.ok()) << a3b.status();
+  EXPECT_EQ(a3b->architecture, "Qwen3MoeForCausalLM");
+  EXPECT_EQ(a3b->hidden_size, 2048);
+  EXPECT_EQ(a3b->intermediate_size, 6144);
+  EXPECT_EQ(a3b->num_hidden_layers, 48);
+  EXPECT_EQ(a3b->num_attention_heads, 32);
+  EXPECT_EQ(a3b->num_key_value_heads, 4);
+  EXPECT_EQ(a3b->head_dim, 128);
+  EXPECT_EQ(a3b->moe.num_experts, 128);
+  EXPECT_EQ(a3b->moe.top_k, 8);
+  EXPECT_EQ(a3b->moe.intermediate_size, 768);
+  EXPECT_TRUE(a3b->moe.normalize_top_k);
+  EXPECT_EQ(a3b->NumMoeLayers(), 48);
+  EXPECT_TRUE(a3b->qk_norm);
+  // About 30.5 B parameters, 3.3 B of them active per token.
+  EXPECT_NEAR(a3b->NumParameters() / 1e9, 30.5, 0.2);
+  EXPECT_NEAR(a3b->NumActiveParameters() / 1e9, 3.3, 0.1);
+
+  auto a22b = PresetConfig("qwen3-235b-a22b-layers");
+  ASSERT_TRUE(a22b.ok()) << a22b.status();
+  EXPECT_EQ(a22b->hidden_size, 4096);
+  EXPECT_EQ(a22b->num_attention_heads, 64);
+  EXPECT_EQ(a22b->num_key_value_heads, 4);
+  EXPECT_EQ(a22b->moe.num_experts, 128);
+  EXPECT_EQ(a22b->moe.top_k, 8);
+  EXPECT_EQ(a22b->moe.intermediate_size, 1536);
+  EXPECT_EQ(a22b->num_hidden_layers, 2);
+  // At its 94 layers, the real model's 235 B parameters, 22 B active.
+  auto full = PresetConfig("qwen3-235b-a22b-layers", 94);
+  ASSERT_TRUE(full.ok());
+  EXPECT_NEAR(full->NumParameters() / 1e9, 235.1, 0.5);
+  EXPECT_NEAR(full->NumActiveParameters() / 1e9, 22.1, 0.3);
+
+  auto mixtral = PresetConfig("mixtral-8x7b-layers");
+  ASSERT_TRUE(mixtral.ok()) << mixtral.status();
+  EXPECT_EQ(mixtral->architecture, "MixtralForCausalLM");
+  EXPECT_EQ(mixtral->hidden_size, 4096);
+  EXPECT_EQ(mixtral->num_attention_heads, 32);
+  EXPECT_EQ(mixtral->num_key_value_heads, 8);
+  EXPECT_EQ(mixtral->vocab_size, 32000);
+  EXPECT_EQ(mixtral->rope_theta, 1e6f);
+  EXPECT_EQ(mixtral->sliding_window, 0);
+  EXPECT_EQ(mixtral->moe.num_experts, 8);
+  EXPECT_EQ(mixtral->moe.top_k, 2);
+  EXPECT_EQ(mixtral->moe.intermediate_size, 14336);
+  auto mixtral_full = PresetConfig("mixtral-8x7b-layers", 32);
+  ASSERT_TRUE(mixtral_full.ok());
+  EXPECT_NEAR(mixtral_full->NumParameters() / 1e9, 46.7, 0.1);
+  EXPECT_NEAR(mixtral_full->NumActiveParameters() / 1e9, 12.9, 0.1);
 }
 
 // Greedy logits of a few steps on `world` ranks (rank 0's).
@@ -90,6 +163,11 @@ TEST_P(RealVocabPresetTest, LoadsWithItsTokenizerAndMatchesAcrossRanks) {
   config->num_attention_heads = 4;
   config->num_key_value_heads = 2;
   config->head_dim = 16;
+  if (config->is_moe()) {
+    // The real expert count and top k; small experts.
+    config->moe.intermediate_size = 8;
+    if (config->architecture == "MixtralForCausalLM") config->intermediate_size = 8;
+  }
   const auto dir = testing::ScratchDir("model");
   GenerateOptions options;
   options.out_dir = dir;
@@ -98,11 +176,17 @@ TEST_P(RealVocabPresetTest, LoadsWithItsTokenizerAndMatchesAcrossRanks) {
 
   auto generation = GenerationConfig::LoadIfPresent(dir, *config);
   ASSERT_TRUE(generation.ok()) << generation.status();
-  const bool qwen = config->architecture == "Qwen2ForCausalLM";
-  EXPECT_EQ(generation->eos_token_ids, std::vector<int32_t>(config->eos_token_ids.begin(),
-                                                            config->eos_token_ids.end()));
-  EXPECT_FLOAT_EQ(generation->temperature.value_or(-1), qwen ? 0.7f : 0.6f);
-  EXPECT_FLOAT_EQ(generation->top_p.value_or(-1), qwen ? 0.8f : 0.9f);
+  const bool qwen3 = absl::StartsWith(config->architecture, "Qwen3");
+  const bool qwen = qwen3 || config->architecture == "Qwen2ForCausalLM";
+  if (qwen3) {
+    // Qwen3's config.json names <|im_end|> only; its generation config adds <|endoftext|>.
+    EXPECT_EQ(generation->eos_token_ids, (std::vector<int32_t>{151645, 151643}));
+  } else {
+    EXPECT_EQ(generation->eos_token_ids, std::vector<int32_t>(config->eos_token_ids.begin(),
+                                                              config->eos_token_ids.end()));
+  }
+  EXPECT_FLOAT_EQ(generation->temperature.value_or(-1), qwen && !qwen3 ? 0.7f : 0.6f);
+  EXPECT_FLOAT_EQ(generation->top_p.value_or(-1), qwen3 ? 0.95f : qwen ? 0.8f : 0.9f);
 
   auto tokenizer = Tokenizer::Load(dir);
   ASSERT_TRUE(tokenizer.ok()) << tokenizer.status();
@@ -111,7 +195,7 @@ TEST_P(RealVocabPresetTest, LoadsWithItsTokenizerAndMatchesAcrossRanks) {
   ASSERT_GT(prompt.size(), 1u);
   ASSERT_LE(prompt.size(), 48u);  // Fits the 3 blocks RunLogits gives the sequence.
   if (qwen) {
-    EXPECT_NE(prompt[0], 151643) << "Qwen2 adds no BOS";
+    EXPECT_NE(prompt[0], 151643) << "Qwen adds no BOS";
   } else {
     EXPECT_EQ(prompt[0], 128000) << "Llama 3 prompts start with <|begin_of_text|>";
   }
@@ -129,7 +213,8 @@ TEST_P(RealVocabPresetTest, LoadsWithItsTokenizerAndMatchesAcrossRanks) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Presets, RealVocabPresetTest,
-                         ::testing::Values("llama3.1-8b", "llama3.1-70b-layers", "qwen2.5-7b"),
+                         ::testing::Values("llama3.1-8b", "llama3.1-70b-layers", "qwen2.5-7b",
+                                           "qwen3-8b", "qwen3-30b-a3b"),
                          [](const auto& info) {
                            std::string name = info.param;
                            std::replace(name.begin(), name.end(), '.', '_');

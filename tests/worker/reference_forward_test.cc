@@ -3,8 +3,9 @@
 // follows transformers' modeling code independently of ours: every rope_scaling type at
 // positions far beyond original_max_position_embeddings, Qwen2 biases (tied and untied),
 // Llama attention_bias, tied Llama 3.2-style embeddings, Mistral and Qwen2 sliding windows
-// over sequences longer than the window. The shapes split unevenly: intermediate 202 and
-// vocab 301 over 2 and 4 ranks, 2 KV heads replicated at tp 4.
+// over sequences longer than the window, Qwen3's q/k norm, and the experts of Mixtral,
+// Qwen3-MoE and Qwen2-MoE. The shapes split unevenly: intermediate 202 and vocab 301 over
+// 2 and 4 ranks, 2 KV heads replicated at tp 4.
 //
 // Tolerance: every step's full-vocabulary logits within 1e-4 * (1 + |ref|) of the float64
 // reference (our activations are float32; the worst seen is about 2e-6), and identical
@@ -326,6 +327,36 @@ TEST(ReferenceForwardTest, LlamaAttentionBiasOnQkvAndO) {
                             c->o_bias = true;
                           },
                           40, 12, 40});
+}
+
+// Qwen3: q/k RMSNorm per head before RoPE, head_dim 32 while hidden / heads is 16.
+TEST(ReferenceForwardTest, Qwen3QkNormWithOwnHeadDim) {
+  ExpectMatchesReference({"tiny-qwen3", nullptr, 40, 12, 16});
+}
+
+// Qwen3's attention_bias: q/k/v biases land before the q/k norm, o's after attention.
+TEST(ReferenceForwardTest, Qwen3QkNormAfterAttentionBias) {
+  ExpectMatchesReference({"tiny-qwen3",
+                          [](ModelConfig* c) {
+                            c->qkv_bias = true;
+                            c->o_bias = true;
+                          },
+                          30, 8, 30});
+}
+
+// Top 2 of 8 experts, renormalised, window 12 on every layer, prompt longer than it.
+TEST(ReferenceForwardTest, MixtralExpertsWithSlidingWindow) {
+  ExpectMatchesReference({"tiny-mixtral", nullptr, 40, 12, 16});
+}
+
+// Top 3 of 8 renormalised (norm_topk_prob), q/k norm, a dense layer among the sparse ones.
+TEST(ReferenceForwardTest, Qwen3MoeWithADenseLayer) {
+  ExpectMatchesReference({"tiny-qwen3-moe", nullptr, 40, 12, 16});
+}
+
+// Top 4 of 8 not renormalised, the sigmoid-gated shared expert, q/k/v biases.
+TEST(ReferenceForwardTest, Qwen2MoeSharedExpert) {
+  ExpectMatchesReference({"tiny-qwen2-moe", nullptr, 40, 12, 16});
 }
 
 // A tied checkpoint that also stores lm_head.weight (some exports do) loads the same.

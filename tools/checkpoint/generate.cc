@@ -72,6 +72,11 @@ struct TensorSpec {
   float std;
 };
 
+// Router weights at this multiple of a matrix's scale: router logits of standard deviation
+// about kRouterGain, so the k-th and the (k+1)-th expert of a token are usually far apart
+// compared with bf16 rounding, and greedy ids do not hinge on a near tie.
+constexpr float kRouterGain = 4.0f;
+
 std::vector<TensorSpec> TensorSpecs(const ModelConfig& c, bool write_tied_lm_head) {
   const int64_t h = c.hidden_size, inter = c.intermediate_size, d = c.head_dim;
   const int64_t q = c.num_attention_heads * d, kv = c.num_key_value_heads * d;
@@ -79,16 +84,26 @@ std::vector<TensorSpec> TensorSpecs(const ModelConfig& c, bool write_tied_lm_hea
     return TensorSpec{
         std::move(name), {rows, cols}, 0.0f, 1.0f / std::sqrt(static_cast<float>(cols))};
   };
-  auto norm = [h](std::string name) { return TensorSpec{std::move(name), {h}, 1.0f, 0.02f}; };
+  auto norm = [](std::string name, int64_t n) {
+    return TensorSpec{std::move(name), {n}, 1.0f, 0.02f};
+  };
   // Biases large enough to move the attention pattern (Qwen2's are).
   auto bias = [](std::string name, int64_t n) {
     return TensorSpec{std::move(name), {n}, 0.0f, 0.5f};
   };
   std::vector<TensorSpec> specs;
+  // A SwiGLU MLP under `p` with the family's projection names.
+  auto swiglu = [&](const std::string& p, const char* gate, const char* up, const char* down,
+                    int64_t size) {
+    specs.push_back(matrix(absl::StrCat(p, gate, ".weight"), size, h));
+    specs.push_back(matrix(absl::StrCat(p, down, ".weight"), h, size));
+    specs.push_back(matrix(absl::StrCat(p, up, ".weight"), size, h));
+  };
+  const bool mixtral = c.architecture == "MixtralForCausalLM";
   specs.push_back(matrix("model.embed_tokens.weight", c.vocab_size, h));
   for (int l = 0; l < c.num_hidden_layers; ++l) {
     const std::string p = absl::StrCat("model.layers.", l, ".");
-    specs.push_back(norm(p + "input_layernorm.weight"));
+    specs.push_back(norm(p + "input_layernorm.weight", h));
     specs.push_back(matrix(p + "self_attn.q_proj.weight", q, h));
     specs.push_back(matrix(p + "self_attn.k_proj.weight", kv, h));
     specs.push_back(matrix(p + "self_attn.v_proj.weight", kv, h));
@@ -97,14 +112,36 @@ std::vector<TensorSpec> TensorSpecs(const ModelConfig& c, bool write_tied_lm_hea
       specs.push_back(bias(p + "self_attn.k_proj.bias", kv));
       specs.push_back(bias(p + "self_attn.v_proj.bias", kv));
     }
+    if (c.qk_norm) {
+      specs.push_back(norm(p + "self_attn.q_norm.weight", d));
+      specs.push_back(norm(p + "self_attn.k_norm.weight", d));
+    }
     specs.push_back(matrix(p + "self_attn.o_proj.weight", h, q));
     if (c.o_bias) specs.push_back(bias(p + "self_attn.o_proj.bias", h));
-    specs.push_back(norm(p + "post_attention_layernorm.weight"));
-    specs.push_back(matrix(p + "mlp.gate_proj.weight", inter, h));
-    specs.push_back(matrix(p + "mlp.down_proj.weight", h, inter));
-    specs.push_back(matrix(p + "mlp.up_proj.weight", inter, h));
+    specs.push_back(norm(p + "post_attention_layernorm.weight", h));
+    if (!c.IsMoeLayer(l)) {
+      swiglu(p + "mlp.", "gate_proj", "up_proj", "down_proj", inter);
+      continue;
+    }
+    const std::string block = p + (mixtral ? "block_sparse_moe." : "mlp.");
+    TensorSpec router = matrix(block + "gate.weight", c.moe.num_experts, h);
+    router.std *= kRouterGain;
+    specs.push_back(std::move(router));
+    for (int e = 0; e < c.moe.num_experts; ++e) {
+      const std::string ex = absl::StrCat(block, "experts.", e, ".");
+      if (mixtral) {
+        swiglu(ex, "w1", "w3", "w2", c.moe.intermediate_size);
+      } else {
+        swiglu(ex, "gate_proj", "up_proj", "down_proj", c.moe.intermediate_size);
+      }
+    }
+    if (c.moe.shared_intermediate_size > 0) {
+      swiglu(block + "shared_expert.", "gate_proj", "up_proj", "down_proj",
+             c.moe.shared_intermediate_size);
+      specs.push_back(matrix(block + "shared_expert_gate.weight", 1, h));
+    }
   }
-  specs.push_back(norm("model.norm.weight"));
+  specs.push_back(norm("model.norm.weight", h));
   if (!c.tie_word_embeddings || write_tied_lm_head) {
     TensorSpec head = matrix("lm_head.weight", c.vocab_size, h);
     // A tied head must equal the embedding, so it draws the embedding's numbers.
@@ -136,24 +173,37 @@ std::string ShardName(int i, int n) {
   return absl::StrFormat("model-%05d-of-%05d.safetensors", i + 1, n);
 }
 
-// The byte-level vocabulary a config imitates: Llama 3 (BOS 128000) or Qwen2 at its real
-// vocabulary size; anything else gets the small SentencePiece tokenizer (bos 1, eos 2).
+bool IsQwen3(const ModelConfig& c) {
+  return c.architecture == "Qwen3ForCausalLM" || c.architecture == "Qwen3MoeForCausalLM";
+}
+
+bool IsQwen(const ModelConfig& c) {
+  return c.architecture == "Qwen2ForCausalLM" || c.architecture == "Qwen2MoeForCausalLM" ||
+         IsQwen3(c);
+}
+
+// The byte-level vocabulary a config imitates: Llama 3 (BOS 128000) or Qwen (2, 2.5, 3 and
+// their MoEs) at its real vocabulary size; anything else gets the small SentencePiece
+// tokenizer (bos 1, eos 2).
 struct ByteLevelChoice {
   ByteLevelFlavor flavor;
   int num_regular_tokens;
 };
 std::optional<ByteLevelChoice> ByteLevelFor(const ModelConfig& c) {
   if (c.bos_token_id == 128000) return ByteLevelChoice{ByteLevelFlavor::kLlama3, 128000};
-  if (c.architecture == "Qwen2ForCausalLM" && c.vocab_size >= 151665) {
+  // Qwen2.5 and Qwen3 share the vocabulary (Qwen3 adds four unspecial think and
+  // tool-response tokens after Qwen2.5's, which the synthetic tokenizer leaves out).
+  if (IsQwen(c) && c.vocab_size >= 151665) {
     return ByteLevelChoice{ByteLevelFlavor::kQwen2, 151643};
   }
   return std::nullopt;
 }
 
-// The real models' generation_config.json: Llama 3.1 instruct and Qwen2.5 instruct.
+// The real models' generation_config.json: Llama 3.1 instruct, Qwen2.5 instruct and Qwen3
+// (whose config.json names only <|im_end|> but whose generation config stops on both).
 std::string GenerationConfigJson(const ModelConfig& c, ByteLevelFlavor flavor) {
   nlohmann::json j;
-  // Qwen2.5's file names <|endoftext|> as bos although its tokenizer adds none.
+  // Qwen's files name <|endoftext|> as bos although its tokenizer adds none.
   if (c.bos_token_id >= 0) {
     j["bos_token_id"] = c.bos_token_id;
   } else if (flavor == ByteLevelFlavor::kQwen2) {
@@ -164,6 +214,14 @@ std::string GenerationConfigJson(const ModelConfig& c, ByteLevelFlavor flavor) {
   if (flavor == ByteLevelFlavor::kLlama3) {
     j["temperature"] = 0.6;
     j["top_p"] = 0.9;
+  } else if (IsQwen3(c)) {
+    j["eos_token_id"] = {151645, 151643};
+    j["pad_token_id"] = 151643;
+    j["temperature"] = 0.6;
+    j["top_p"] = 0.95;
+    j["top_k"] = 20;
+    j["transformers_version"] = "4.51.0";
+    return j.dump(2) + "\n";
   } else {
     j["temperature"] = 0.7;
     j["top_p"] = 0.8;
@@ -177,9 +235,13 @@ std::string GenerationConfigJson(const ModelConfig& c, ByteLevelFlavor flavor) {
 }  // namespace
 
 std::vector<std::string> PresetNames() {
-  return {"tiny",        "llama-1b",    "llama3-8b",    "llama-70b-layers", "llama3.1-8b",
-          "llama3.1-70b-layers",        "qwen2.5-7b",   "tiny-llama3",      "tiny-qwen2",
-          "tiny-mistral", "tiny-yarn"};
+  return {"tiny",           "llama-1b",       "llama3-8b",
+          "llama-70b-layers", "llama3.1-8b",    "llama3.1-70b-layers",
+          "qwen2.5-7b",     "qwen3-8b",       "qwen3-30b-a3b",
+          "qwen3-235b-a22b-layers",           "mixtral-8x7b-layers",
+          "tiny-llama3",    "tiny-qwen2",     "tiny-mistral",
+          "tiny-yarn",      "tiny-qwen3",     "tiny-mixtral",
+          "tiny-qwen3-moe", "tiny-qwen2-moe"};
 }
 
 namespace {
@@ -254,6 +316,107 @@ absl::StatusOr<ModelConfig> PresetConfig(absl::string_view name, int num_layers)
     c.qkv_bias = true;
     c.bos_token_id = -1;
     c.eos_token_ids = {151645, 151643};
+  } else if (name == "qwen3-8b" || name == "qwen3-30b-a3b" || name == "qwen3-235b-a22b-layers") {
+    // Qwen/Qwen3-8B, Qwen3-30B-A3B and Qwen3-235B-A22B's config.json. Their files give
+    // bos_token_id 151643, but the tokenizer adds none: written null, as for qwen2.5-7b.
+    c.architecture = "Qwen3ForCausalLM";
+    c.head_dim = 128;
+    c.num_attention_heads = 32;
+    c.vocab_size = 151936;
+    c.max_position_embeddings = 40960;
+    c.rope_theta = 1000000.0f;
+    c.rms_norm_eps = 1e-6f;
+    c.qk_norm = true;
+    c.bos_token_id = -1;
+    c.eos_token_ids = {151645};
+    if (name == "qwen3-8b") {
+      c.hidden_size = 4096;
+      c.intermediate_size = 12288;
+      c.num_key_value_heads = 8;
+      c.num_hidden_layers = 36;
+    } else {
+      c.architecture = "Qwen3MoeForCausalLM";
+      c.num_key_value_heads = 4;
+      c.moe.top_k = 8;
+      c.moe.num_experts = 128;
+      c.moe.normalize_top_k = true;
+      if (name == "qwen3-30b-a3b") {
+        c.hidden_size = 2048;
+        c.intermediate_size = 6144;
+        c.num_hidden_layers = 48;
+        c.moe.intermediate_size = 768;
+      } else {
+        c.hidden_size = 4096;
+        c.intermediate_size = 12288;
+        c.num_attention_heads = 64;
+        c.num_hidden_layers = 2;  // Of 94: a few real-sized layers, as llama-70b-layers.
+        c.moe.intermediate_size = 1536;
+      }
+    }
+    // The real files' max_window_layers: the layer count (windows are off anyway).
+    c.first_window_layer = name == "qwen3-8b" ? 36 : name == "qwen3-30b-a3b" ? 48 : 94;
+  } else if (name == "mixtral-8x7b-layers") {
+    // mistralai/Mixtral-8x7B-v0.1's config.json, 2 of its 32 layers.
+    c.architecture = "MixtralForCausalLM";
+    c.hidden_size = 4096;
+    c.intermediate_size = 14336;
+    c.num_attention_heads = 32;
+    c.num_key_value_heads = 8;
+    c.head_dim = 128;
+    c.num_hidden_layers = 2;
+    c.vocab_size = 32000;
+    c.max_position_embeddings = 32768;
+    c.rope_theta = 1000000.0f;
+    c.rms_norm_eps = 1e-5f;
+    c.moe.num_experts = 8;
+    c.moe.top_k = 2;
+    c.moe.intermediate_size = c.intermediate_size;
+  } else if (name == "tiny-qwen3" || name == "tiny-mixtral" || name == "tiny-qwen3-moe" ||
+             name == "tiny-qwen2-moe") {
+    // Test models: 8 experts split over 2 or 4 expert-parallel ranks, expert sizes that
+    // tp 4 divides, and everything else as the other tiny presets.
+    c.hidden_size = 64;
+    c.intermediate_size = 202;
+    c.num_attention_heads = 4;
+    c.num_key_value_heads = 2;
+    c.head_dim = 16;
+    c.num_hidden_layers = 3;
+    c.vocab_size = 301;
+    c.max_position_embeddings = 1024;
+    c.rope_theta = 1000000.0f;
+    c.rms_norm_eps = 1e-6f;
+    if (name == "tiny-qwen3") {
+      c.architecture = "Qwen3ForCausalLM";
+      c.qk_norm = true;
+      c.head_dim = 32;  // Not hidden / heads (16): Qwen3 sets it on its own.
+    } else if (name == "tiny-mixtral") {
+      c.architecture = "MixtralForCausalLM";
+      c.rms_norm_eps = 1e-5f;
+      c.sliding_window = 12;
+      c.intermediate_size = 40;  // Mixtral's experts take intermediate_size.
+      c.moe.num_experts = 8;
+      c.moe.top_k = 2;
+      c.moe.intermediate_size = 40;
+    } else if (name == "tiny-qwen3-moe") {
+      // Top 3 of 8, renormalised; layer 1 keeps a dense MLP (mlp_only_layers).
+      c.architecture = "Qwen3MoeForCausalLM";
+      c.qk_norm = true;
+      c.num_hidden_layers = 4;
+      c.moe.num_experts = 8;
+      c.moe.top_k = 3;
+      c.moe.intermediate_size = 24;
+      c.moe.normalize_top_k = true;
+      c.moe.dense_layers = {1};
+    } else {
+      // Top 4 of 8, not renormalised, plus the gated shared expert.
+      c.architecture = "Qwen2MoeForCausalLM";
+      c.qkv_bias = true;
+      c.moe.num_experts = 8;
+      c.moe.top_k = 4;
+      c.moe.intermediate_size = 16;
+      c.moe.normalize_top_k = false;
+      c.moe.shared_intermediate_size = 64;
+    }
   } else if (name == "tiny-llama3" || name == "tiny-qwen2" || name == "tiny-mistral" ||
              name == "tiny-yarn") {
     // Small enough for tests at tp 1, 2 and 4, with sizes that split unevenly: 2 KV heads
@@ -287,7 +450,11 @@ absl::StatusOr<ModelConfig> PresetConfig(absl::string_view name, int num_layers)
     return absl::InvalidArgumentError(absl::StrCat(
         "unknown preset \"", name, "\" (known: ", absl::StrJoin(PresetNames(), ", "), ")"));
   }
-  if (num_layers > 0) c.num_hidden_layers = num_layers;
+  if (num_layers > 0) {
+    c.num_hidden_layers = num_layers;
+    // Dense layers past the new end would not be layers at all.
+    std::erase_if(c.moe.dense_layers, [num_layers](int l) { return l >= num_layers; });
+  }
   return c;
 }
 
@@ -324,7 +491,9 @@ absl::Status GenerateRandomCheckpoint(const ModelConfig& config, const GenerateO
   // The config goes through the same validation a loader applies.
   ModelConfig c = config;
   c.torch_dtype = options.dtype;
-  RETURN_IF_ERROR(ModelConfig::FromJson(c.ToJson(), "generated config").status());
+  // The tensors follow the config as a loader reads it back from config.json: Mixtral's
+  // experts, for one, take intermediate_size whatever moe.intermediate_size held.
+  ASSIGN_OR_RETURN(const ModelConfig loaded, ModelConfig::FromJson(c.ToJson(), "generated config"));
   const std::optional<ByteLevelChoice> byte_level = ByteLevelFor(c);
   std::optional<ByteLevelTokenizerFiles> tokenizer;
   if (byte_level.has_value()) {
@@ -358,7 +527,7 @@ absl::Status GenerateRandomCheckpoint(const ModelConfig& config, const GenerateO
           "the generated tokenizer has <s> = 1 and </s> = 2; set bos_token_id 1 and eos 2");
     }
   }
-  const std::vector<TensorSpec> specs = TensorSpecs(c, options.write_tied_lm_head);
+  const std::vector<TensorSpec> specs = TensorSpecs(loaded, options.write_tied_lm_head);
   const int num_shards = options.num_shards;
   if (num_shards < 1 || static_cast<size_t>(num_shards) > specs.size()) {
     return absl::InvalidArgumentError(absl::StrCat("num_shards must be in [1, ", specs.size(),

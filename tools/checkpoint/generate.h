@@ -27,20 +27,29 @@ struct GenerateOptions {
   std::function<void(uint64_t, uint64_t)> progress;
 };
 
-// Model shapes by name (PresetNames()). The real-shaped Llama 3.1 and Qwen2.5 presets keep
-// the real models' configs (rope_scaling, biases, token ids) and get a byte-level BPE
+// Model shapes by name (PresetNames()). The real-shaped Llama 3.1, Qwen2.5 and Qwen3
+// presets ("qwen3-8b", "qwen3-30b-a3b", "qwen3-235b-a22b-layers") keep the real models'
+// configs (rope_scaling, biases, q/k norm, experts, token ids) and get a byte-level BPE
 // tokenizer of their family; the others ("tiny*", "llama-1b", "llama3-8b",
-// "llama-70b-layers") use the generated SentencePiece tokenizer (bos 1, eos 2). The small
+// "llama-70b-layers", "mixtral-8x7b-layers") use the generated SentencePiece tokenizer
+// (bos 1, eos 2). "*-layers" presets have 2 of the real model's layers. The small
 // "tiny-llama3" (llama3 rope scaling from an original context of 64), "tiny-qwen2" (q/k/v
-// biases, tied embeddings), "tiny-mistral" (sliding window 12) and "tiny-yarn" are for
-// tests. `num_layers` > 0 overrides the preset's layer count.
+// biases, tied embeddings), "tiny-mistral" (sliding window 12), "tiny-yarn", "tiny-qwen3"
+// (q/k norm, head_dim 32 != hidden / heads), "tiny-mixtral" (8 experts, top 2, window 12),
+// "tiny-qwen3-moe" (8 experts, top 3 renormalised, layer 1 dense) and "tiny-qwen2-moe"
+// (8 experts, top 4 not renormalised, shared expert, q/k/v biases) are for tests.
+// `num_layers` > 0 overrides the preset's layer count (dropping dense layers past it).
 absl::StatusOr<ModelConfig> PresetConfig(absl::string_view name, int num_layers = 0);
 std::vector<std::string> PresetNames();
 
-// Writes a random Hugging Face Llama folder: config.json, weights with HF names and
+// Writes a random Hugging Face Llama-family folder: config.json, weights with HF names and
 // sensible scales (deterministic from the seed, independent of sharding; q/k/v/o biases
-// when the config has them), tokenizer.json and tokenizer_config.json: the byte-level BPE
-// of Llama 3 (bos_token_id 128000) or Qwen2 (Qwen2ForCausalLM with vocab >= 151665) plus
+// and Qwen3's q_norm/k_norm when the config has them; on the layers where
+// config.IsMoeLayer(), the router and experts under the family's names: Mixtral's
+// block_sparse_moe.{gate, experts.E.w1/w3/w2}, Qwen's mlp.{gate,
+// experts.E.gate_proj/up_proj/down_proj} and Qwen2-MoE's mlp.shared_expert.* and
+// mlp.shared_expert_gate), tokenizer.json and tokenizer_config.json: the byte-level BPE of
+// Llama 3 (bos_token_id 128000) or Qwen (a Qwen architecture with vocab >= 151665) plus
 // the real models' generation_config.json, else a SentencePiece-BPE with byte fallback.
 absl::Status GenerateRandomCheckpoint(const ModelConfig& config, const GenerateOptions& options);
 

@@ -76,6 +76,10 @@ absl::Status Run(int argc, char** argv) {
                                     {"vocab", vocab, &config->vocab_size}}) {
     if (absl::Status s = Override(flag, value, field); !s.ok()) return s;
   }
+  // Mixtral's config.json has no expert size of its own: its experts are intermediate_size.
+  if (config->architecture == "MixtralForCausalLM") {
+    config->moe.intermediate_size = config->intermediate_size;
+  }
   if (!rope_scaling.empty()) {
     const nlohmann::json j =
         nlohmann::json::parse(rope_scaling, nullptr, /*allow_exceptions=*/false);

@@ -73,7 +73,15 @@ struct Family {
   // "use_sliding_window", on layers >= "max_window_layers" (the Qwen family).
   bool mistral_window = false;
   bool qwen_window = false;
+  // Qwen3-MoE windows every layer when use_sliding_window is set (max_window_layers is
+  // ignored); Qwen2-MoE's rule (even layers below max_window_layers, in transformers 5) is
+  // refused: no released checkpoint uses it.
+  bool window_on_every_layer = false;
+  bool window_refused = false;
+  // Qwen2-MoE: q/k/v biases unless "qkv_bias" is false.
+  bool qkv_bias_field = false;
   bool qk_norm = false;  // Qwen3, Qwen3-MoE.
+  int default_head_dim = 0;  // Qwen3: 128 when config.json has none (not hidden / heads).
   bool qwen_tokenizer = false;  // Adds no BOS.
   enum class Moe { kNone, kMixtral, kQwen } moe = Moe::kNone;
   bool shared_expert = false;  // Qwen2-MoE.
@@ -102,15 +110,19 @@ absl::StatusOr<Family> FamilyOf(const std::string& architecture, absl::string_vi
     if (architecture == "Qwen2MoeForCausalLM") {
       f.moe = Family::Moe::kQwen;
       f.shared_expert = true;
+      f.window_refused = true;
+      f.qkv_bias_field = true;
       f.model_type = "qwen2_moe";
     }
     return f;
   }
   if (architecture == "Qwen3ForCausalLM" || architecture == "Qwen3MoeForCausalLM") {
     f.qk_norm = true;
+    f.default_head_dim = 128;
     f.model_type = "qwen3";
     if (architecture == "Qwen3MoeForCausalLM") {
       f.moe = Family::Moe::kQwen;
+      f.window_on_every_layer = true;
       f.model_type = "qwen3_moe";
     }
     return f;
@@ -127,7 +139,9 @@ absl::Status ReadAttentionVariant(const Json& j, absl::string_view source, const
                                   ModelConfig* c) {
   ASSIGN_OR_RETURN(const bool mlp_bias, ReadBool(j, source, "mlp_bias", false));
   if (mlp_bias) return Invalid(source, "mlp_bias true is not supported (no MLP biases)");
-  if (f.qkv_bias_always) {
+  if (f.qkv_bias_field) {
+    ASSIGN_OR_RETURN(c->qkv_bias, ReadBool(j, source, "qkv_bias", true));
+  } else if (f.qkv_bias_always) {
     c->qkv_bias = true;
   } else if (f.attention_bias_field) {
     ASSIGN_OR_RETURN(const bool attention_bias, ReadBool(j, source, "attention_bias", false));
@@ -139,11 +153,19 @@ absl::Status ReadAttentionVariant(const Json& j, absl::string_view source, const
     ASSIGN_OR_RETURN(windowed, ReadBool(j, source, "use_sliding_window", false));
   }
   if (!windowed) return absl::OkStatus();
+  if (f.window_refused) {
+    return Invalid(source, absl::StrCat("use_sliding_window true is not supported for ",
+                                        c->architecture,
+                                        " (transformers windows only its even layers below "
+                                        "max_window_layers; no released checkpoint sets it)"));
+  }
   RETURN_IF_ERROR(ReadInt(j, source, "sliding_window", /*required=*/f.qwen_window,
                           &c->sliding_window));
-  if (f.qwen_window) {
+  if (f.qwen_window && !f.window_on_every_layer) {
     c->first_window_layer = 28;  // transformers' Qwen2Config default.
     RETURN_IF_ERROR(ReadInt(j, source, "max_window_layers", false, &c->first_window_layer));
+  }
+  if (f.qwen_window) {
     if (c->sliding_window == 0) {
       return Invalid(source, "use_sliding_window is true but \"sliding_window\" is 0");
     }
@@ -277,6 +299,7 @@ absl::StatusOr<ModelConfig> ModelConfig::FromJson(absl::string_view text, absl::
                         {"max_position_embeddings", c.max_position_embeddings}}) {
     RETURN_IF_ERROR(Positive(source, key, v));
   }
+  if (c.head_dim < 0 && family.default_head_dim > 0) c.head_dim = family.default_head_dim;
   if (c.head_dim < 0) {
     if (c.hidden_size % c.num_attention_heads != 0) {
       return Invalid(source, absl::StrCat("hidden_size ", c.hidden_size,
@@ -339,6 +362,7 @@ std::string ModelConfig::ToJson() const {
     j["sliding_window"] = sliding_window > 0 ? Json(sliding_window) : Json(nullptr);
   }
   if (f.attention_bias_field) j["attention_bias"] = qkv_bias;
+  if (f.qkv_bias_field) j["qkv_bias"] = qkv_bias;
   if (f.moe == Family::Moe::kMixtral) {
     j["num_local_experts"] = moe.num_experts;
     j["num_experts_per_tok"] = moe.top_k;

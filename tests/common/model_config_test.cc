@@ -259,6 +259,49 @@ TEST(ModelConfigTest, Qwen3HasQkNormsItsOwnHeadDimAndNoBos) {
   EXPECT_EQ(back->head_dim, 32);
 }
 
+// transformers' Qwen3Config default, where Llama's would be hidden / heads (16 here).
+TEST(ModelConfigTest, Qwen3HeadDimDefaultsTo128) {
+  EXPECT_EQ(Parse(R"("architectures": ["Qwen3ForCausalLM"])").head_dim, 128);
+  EXPECT_EQ(Parse(R"("architectures": ["Qwen3MoeForCausalLM"], "num_experts": 4,
+                     "num_experts_per_tok": 2, "moe_intermediate_size": 8)")
+                .head_dim,
+            128);
+}
+
+TEST(ModelConfigTest, QwenMoeWindowRules) {
+  // Qwen3-MoE: every layer, whatever max_window_layers says.
+  const ModelConfig c = Parse(R"("architectures": ["Qwen3MoeForCausalLM"], "num_experts": 4,
+                                 "num_experts_per_tok": 2, "moe_intermediate_size": 8,
+                                 "use_sliding_window": true, "sliding_window": 6,
+                                 "max_window_layers": 20)");
+  EXPECT_EQ(c.SlidingWindowOf(0), 6);
+  EXPECT_EQ(c.SlidingWindowOf(29), 6);
+  auto back = ModelConfig::FromJson(c.ToJson(), "round trip");
+  ASSERT_TRUE(back.ok()) << back.status();
+  EXPECT_EQ(back->SlidingWindowOf(0), 6);
+  // Qwen2-MoE: refused rather than guessed.
+  auto q2 = ModelConfig::FromJson(
+      absl::StrCat("{", kShape, R"(, "architectures": ["Qwen2MoeForCausalLM"], "num_experts": 4,
+                   "num_experts_per_tok": 2, "moe_intermediate_size": 8,
+                   "shared_expert_intermediate_size": 8, "use_sliding_window": true,
+                   "sliding_window": 6})"),
+      "cfg");
+  ASSERT_FALSE(q2.ok());
+  EXPECT_NE(q2.status().message().find("use_sliding_window true is not supported"),
+            std::string::npos)
+      << q2.status();
+}
+
+TEST(ModelConfigTest, Qwen2MoeQkvBiasField) {
+  const ModelConfig c = Parse(R"("architectures": ["Qwen2MoeForCausalLM"], "num_experts": 4,
+                                 "num_experts_per_tok": 2, "moe_intermediate_size": 8,
+                                 "shared_expert_intermediate_size": 8, "qkv_bias": false)");
+  EXPECT_FALSE(c.qkv_bias);
+  auto back = ModelConfig::FromJson(c.ToJson(), "round trip");
+  ASSERT_TRUE(back.ok()) << back.status();
+  EXPECT_FALSE(back->qkv_bias);
+}
+
 TEST(ModelConfigTest, MixtralRoutesEveryLayerAndAlwaysRenormalises) {
   const ModelConfig c = Parse(R"("architectures": ["MixtralForCausalLM"], "num_local_experts": 8,
                                  "num_experts_per_tok": 2, "sliding_window": null)");

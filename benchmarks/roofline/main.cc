@@ -44,7 +44,8 @@ int ThreadsOrCores(int64_t threads) {
 absl::StatusOr<DType> WeightDType(const std::filesystem::path& dir) {
   auto checkpoint = Checkpoint::Open(dir);
   if (!checkpoint.ok()) return checkpoint.status();
-  auto info = (*checkpoint)->Info("model.layers.0.mlp.down_proj.weight");
+  // Every family has this one (a mixture of experts may have no dense MLP at all).
+  auto info = (*checkpoint)->Info("model.layers.0.self_attn.o_proj.weight");
   if (!info.ok()) return info.status();
   return (*info)->dtype;
 }

@@ -179,6 +179,33 @@ TEST(Int4CheckpointTest, GeneratedModelWithQuantizedMlp) {
   }
 }
 
+// A mixture of experts (tiny Qwen3-MoE with experts of 32) quantized by GPTQ and AWQ: every
+// expert's gate/up/down goes through the 4-bit path, per expert, and matches its dequantized
+// twin at tp 1 and 2 (each expert's 32 columns split into one group of 16 per rank).
+TEST(Int4CheckpointTest, MixtureOfExpertsWithQuantizedExperts) {
+  auto c = PresetConfig("tiny-qwen3-moe");
+  ASSERT_TRUE(c.ok()) << c.status();
+  c->moe.intermediate_size = 32;
+  const auto src = testing::ScratchDir("moe-float");
+  GenerateOptions options;
+  options.out_dir = src;
+  options.dtype = DType::kF32;
+  options.seed = 12;
+  const absl::Status generated = GenerateRandomCheckpoint(*c, options);
+  ASSERT_TRUE(generated.ok()) << generated;
+  const std::vector<int32_t> tokens{1, 5, 9, 13, 40, 41, 42, 60, 70, 80, 90, 3, 4, 5, 6, 7, 8};
+  for (const auto& [method, format] : {std::pair<std::string, std::string>{"gptq", "gptq"},
+                                       {"awq", "gptq"}}) {
+    SCOPED_TRACE(method + " " + format);
+    Int4Dirs dirs;
+    ASSERT_TRUE(WriteInt4(src, method, 16, format, &dirs));
+    auto checkpoint = Checkpoint::Open(dirs.quantized);
+    ASSERT_TRUE(checkpoint.ok());
+    ASSERT_TRUE((*checkpoint)->Has("model.layers.0.mlp.experts.7.down_proj.qweight"));
+    ExpectSameAsDequantized(dirs, tokens);
+  }
+}
+
 // Rewrites quantization_config fields of `dir`/config.json.
 void EditQuantConfig(const std::filesystem::path& dir, const nlohmann::json& patch) {
   auto text = ReadFileToString(dir / "config.json");

@@ -114,6 +114,25 @@ inline unsigned GridFor(int64_t elements, int threads) {
   return static_cast<unsigned>(blocks < 1 ? 1 : blocks);
 }
 
+// Eight packed 16-bit weights (one 128-bit load) to floats.
+__device__ __forceinline__ void Unpack8(const uint4& raw, const __nv_bfloat16*, float* f) {
+  const uint32_t words[4] = {raw.x, raw.y, raw.z, raw.w};
+  for (int i = 0; i < 4; ++i) {
+    f[2 * i] = __uint_as_float(words[i] << 16);
+    f[2 * i + 1] = __uint_as_float(words[i] & 0xffff0000u);
+  }
+}
+__device__ __forceinline__ void Unpack8(const uint4& raw, const __half*, float* f) {
+  const uint32_t words[4] = {raw.x, raw.y, raw.z, raw.w};
+  for (int i = 0; i < 4; ++i) {
+    __half2 h;
+    memcpy(&h, &words[i], sizeof(h));
+    const float2 v = __half22float2(h);
+    f[2 * i] = v.x;
+    f[2 * i + 1] = v.y;
+  }
+}
+
 }  // namespace tessera::kernels::gpu
 
 #endif  // TESSERA_KERNELS_CUDA_DEVICE_UTIL_CUH_

@@ -17,25 +17,6 @@ constexpr int kGemvThreads = 256;
 constexpr int kRowsPerWarp = 2;
 constexpr int kRowsPerBlock = (kGemvThreads / 32) * kRowsPerWarp;
 
-// Eight packed 16-bit weights to floats.
-__device__ __forceinline__ void Unpack8(const uint4& raw, const __nv_bfloat16*, float* f) {
-  const uint32_t words[4] = {raw.x, raw.y, raw.z, raw.w};
-  for (int i = 0; i < 4; ++i) {
-    f[2 * i] = __uint_as_float(words[i] << 16);
-    f[2 * i + 1] = __uint_as_float(words[i] & 0xffff0000u);
-  }
-}
-__device__ __forceinline__ void Unpack8(const uint4& raw, const __half*, float* f) {
-  const uint32_t words[4] = {raw.x, raw.y, raw.z, raw.w};
-  for (int i = 0; i < 4; ++i) {
-    __half2 h;
-    memcpy(&h, &words[i], sizeof(h));
-    const float2 v = __half22float2(h);
-    f[2 * i] = v.x;
-    f[2 * i + 1] = v.y;
-  }
-}
-
 template <typename T, typename TX, int M, bool kVector>
 __global__ void __launch_bounds__(kGemvThreads)
     GemvKernel(const TX* __restrict__ x, const T* __restrict__ w, int64_t n_out, int64_t k,

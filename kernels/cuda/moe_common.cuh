@@ -45,13 +45,8 @@ struct Weight<DType::kBF16> {
   static constexpr int kBytes = 2;
   static constexpr bool kQuantized = false;
   __device__ __forceinline__ static void Load8(const uint8_t* p, float* f) {
-    const uint4 raw = __ldg(reinterpret_cast<const uint4*>(p));
-    const uint32_t words[4] = {raw.x, raw.y, raw.z, raw.w};
-#pragma unroll
-    for (int i = 0; i < 4; ++i) {
-      f[2 * i] = __uint_as_float(words[i] << 16);
-      f[2 * i + 1] = __uint_as_float(words[i] & 0xffff0000u);
-    }
+    Unpack8(__ldg(reinterpret_cast<const uint4*>(p)), static_cast<const __nv_bfloat16*>(nullptr),
+            f);
   }
   __device__ __forceinline__ static float Load1(const uint8_t* p) {
     return __bfloat162float(*reinterpret_cast<const __nv_bfloat16*>(p));
@@ -63,16 +58,7 @@ struct Weight<DType::kF16> {
   static constexpr int kBytes = 2;
   static constexpr bool kQuantized = false;
   __device__ __forceinline__ static void Load8(const uint8_t* p, float* f) {
-    const uint4 raw = __ldg(reinterpret_cast<const uint4*>(p));
-    const uint32_t words[4] = {raw.x, raw.y, raw.z, raw.w};
-#pragma unroll
-    for (int i = 0; i < 4; ++i) {
-      __half2 h;
-      memcpy(&h, &words[i], sizeof(h));
-      const float2 v = __half22float2(h);
-      f[2 * i] = v.x;
-      f[2 * i + 1] = v.y;
-    }
+    Unpack8(__ldg(reinterpret_cast<const uint4*>(p)), static_cast<const __half*>(nullptr), f);
   }
   __device__ __forceinline__ static float Load1(const uint8_t* p) {
     return __half2float(*reinterpret_cast<const __half*>(p));

@@ -1,7 +1,8 @@
 // The CUDA forward pass of the Llama-family variants against the CPU backend (which
 // tests/worker/reference_forward_test.cc checks against the numpy reference): llama3 and
 // yarn rope scaling past the original context, Qwen2 q/k/v biases with a sliding window on
-// later layers, Mistral's sliding window. Generated tiny checkpoints; skips without a device.
+// later layers, Mistral's sliding window, Qwen3's q/k norm, the experts of Mixtral, Qwen3-MoE
+// and Qwen2-MoE. Generated tiny checkpoints; skips without a device.
 // Float32 activations are compared exactly; the default BF16 activations against the CPU
 // emulation of BF16 (tests/worker/bf16_emulation.h): the device's error must stay within a
 // small multiple of the emulation's, which a wrong bias, rotation or window would not.
@@ -165,7 +166,11 @@ INSTANTIATE_TEST_SUITE_P(
                               [](ModelConfig* c) {
                                 c->sliding_window = 20;
                                 c->first_window_layer = 1;
-                              }}),
+                              }},
+                      // Qwen3's q/k norm and the mixtures of experts: routing, the expert
+                      // GEMVs (decode) and grouped GEMMs (prefill), the shared expert.
+                      Variant{"tiny-qwen3", nullptr}, Variant{"tiny-mixtral", nullptr},
+                      Variant{"tiny-qwen3-moe", nullptr}, Variant{"tiny-qwen2-moe", nullptr}),
     [](const auto& info) {
       std::string name = info.param.preset;
       std::replace(name.begin(), name.end(), '-', '_');

@@ -49,8 +49,14 @@ def run(cmd, **kw):
     return subprocess.run([str(c) for c in cmd], check=True, capture_output=True, text=True, **kw)
 
 
+# Random prompt ids come from [3, vocab_size), as tessera-bench draws them (ids below 3 are
+# the llama2.c specials); vocab_size is the model's config.json one (512 for the llama2.c
+# model: 3..511 as before). main() sets it.
+VOCAB_SIZE = 512
+
+
 def random_ids(n, rng):
-    return [rng.randint(3, 511) for _ in range(n)]
+    return [rng.randint(3, VOCAB_SIZE - 1) for _ in range(n)]
 
 
 # ---- 1. decode and prefill
@@ -250,19 +256,23 @@ def main():
     p.add_argument("--reps", type=int, default=2)
     p.add_argument("--concurrency", default="1,4,16,32")
     p.add_argument("--skip-serving", action="store_true")
+    p.add_argument("--model-name", default="random llama2.c, TinyLlama-1.1B dims (hidden 2048, inter 5632, "
+                   "22 layers, 32 heads, 4 KV heads, vocab 512), BF16 both sides",
+                   help="the model's description in the results")
     p.add_argument("--out-json", type=pathlib.Path, required=True)
     p.add_argument("--out-md", type=pathlib.Path, required=True)
     a = p.parse_args()
     concurrencies = [int(c) for c in a.concurrency.split(",")]
+    global VOCAB_SIZE
+    VOCAB_SIZE = int(json.loads((a.hf_model / "config.json").read_text())["vocab_size"])
     work = pathlib.Path(tempfile.mkdtemp(prefix="tessera-peer-"))
     rng = random.Random(1)
     git = lambda *args: subprocess.run(["git", *args], capture_output=True, text=True).stdout.strip()
     result = {
         "benchmark": "side_by_side", "date": datetime.datetime.now().isoformat(timespec="seconds"),
         "machine": machine(), "threads": a.threads, "concurrency": concurrencies,
-        "model": {"name": "random llama2.c, TinyLlama-1.1B dims (hidden 2048, inter 5632, 22 layers, "
-                          "32 heads, 4 KV heads, vocab 512), BF16 both sides",
-                  "hf": str(a.hf_model), "gguf": str(a.gguf)},
+        "model": {"name": a.model_name, "hf": str(a.hf_model), "gguf": str(a.gguf),
+                  "vocab_size": VOCAB_SIZE, "prompt_ids": f"uniform in [3, {VOCAB_SIZE})"},
         "tessera": {"commit": git("rev-parse", "HEAD"), "dirty": bool(git("status", "--porcelain", "-uno"))},
         "peer": {"name": "llama.cpp", "revision": a.peer_revision},
         "conditions": {"prompt_len": PROMPT_LEN, "decode_tokens": DECODE_TOKENS, "serve_in": SERVE_IN,

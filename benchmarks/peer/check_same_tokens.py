@@ -10,8 +10,8 @@ for each of --prompts random prompts (ids uniform in [3, vocab_size), seed --see
 to llama-server's /completion (temperature 0, ignore_eos, return_tokens, n_probs 2,
 cache_prompt false), and compares the generated ids. At the first difference it reports
 where Tessera's token stands in the peer's top 10 there and how far below the peer's first
-in log-probability (a near-tie is rounding, BF16 activations in llama.cpp's matmuls against
-F32 ones; a wide gap, or a difference at the first token, a conversion error). Writes a JSON record with --out; exits 1 when any prompt differs.
+in log-probability (a near-tie is rounding: the engines sum in different orders; a wide
+gap is a conversion error). Writes a JSON record with --out; exits 1 when any prompt differs.
 """
 import argparse
 import json

@@ -38,10 +38,45 @@ void MoeRoute(const float* logits, int n, int num_experts, int top_k, bool renor
   }
 }
 
+namespace {
+
+// Rows per expert up to which a decode-like step runs experts in parallel rather than each
+// expert's GEMMs: at a few rows a GEMM streams its weights once, whoever runs it.
+constexpr int kExpertParallelMaxRows = 16;
+
+// Runs expert `e` (held index) over its `m` routed rows starting at bucket `begin`, adding
+// the weighted results into out [n, hidden].
+void RunExpert(const float* x, int hidden, const ExpertWeights& experts, int e, int begin,
+               int m, const MoeScratch& routing, ExpertScratch* s, float* out,
+               ThreadPool* pool) {
+  const int inter = experts.intermediate;
+  s->rows.resize(static_cast<size_t>(m) * hidden);
+  s->gate_up.resize(static_cast<size_t>(m) * 2 * inter);
+  s->act.resize(static_cast<size_t>(m) * inter);
+  s->down.resize(static_cast<size_t>(m) * hidden);
+  for (int r = 0; r < m; ++r) {
+    std::memcpy(s->rows.data() + static_cast<size_t>(r) * hidden,
+                x + static_cast<size_t>(routing.token_of[begin + r]) * hidden,
+                sizeof(float) * hidden);
+  }
+  Gemm(s->rows.data(), m, experts.gate_up[e], s->gate_up.data(), pool);
+  SiluMul(s->gate_up.data(), m, inter, s->act.data(), pool);
+  Gemm(s->act.data(), m, experts.down[e], s->down.data(), pool);
+  for (int r = 0; r < m; ++r) {
+    const float w = routing.weight_of[begin + r];
+    float* dst = out + static_cast<size_t>(routing.token_of[begin + r]) * hidden;
+    const float* src = s->down.data() + static_cast<size_t>(r) * hidden;
+    for (int d = 0; d < hidden; ++d) dst[d] += w * src[d];
+  }
+}
+
+}  // namespace
+
 void MoeExperts(const float* x, int n, int hidden, const int32_t* expert_ids,
                 const float* weights, int top_k, const ExpertWeights& experts, float* out,
                 MoeScratch* s, ThreadPool* pool) {
-  std::memset(out, 0, sizeof(float) * static_cast<size_t>(n) * hidden);
+  const size_t out_size = static_cast<size_t>(n) * hidden;
+  std::memset(out, 0, sizeof(float) * out_size);
   // Bucket the (row, slot) pairs by held expert, rows in order within each bucket.
   std::vector<int32_t> count(experts.num_local + 1, 0);
   const int64_t pairs = static_cast<int64_t>(n) * top_k;
@@ -60,28 +95,42 @@ void MoeExperts(const float* x, int n, int hidden, const int32_t* expert_ids,
     s->weight_of[fill[local]] = weights[p];
     ++fill[local];
   }
-  const int inter = experts.intermediate;
+  std::vector<int> active;
+  int max_rows = 0;
   for (int e = 0; e < experts.num_local; ++e) {
-    const int begin = count[e], m = count[e + 1] - count[e];
+    const int m = count[e + 1] - count[e];
     if (m == 0) continue;
-    s->rows.resize(static_cast<size_t>(m) * hidden);
-    s->gate_up.resize(static_cast<size_t>(m) * 2 * inter);
-    s->act.resize(static_cast<size_t>(m) * inter);
-    s->down.resize(static_cast<size_t>(m) * hidden);
-    for (int r = 0; r < m; ++r) {
-      std::memcpy(s->rows.data() + static_cast<size_t>(r) * hidden,
-                  x + static_cast<size_t>(s->token_of[begin + r]) * hidden,
-                  sizeof(float) * hidden);
+    active.push_back(e);
+    max_rows = std::max(max_rows, m);
+  }
+  const int threads = pool != nullptr ? pool->num_threads() : 1;
+  if (threads == 1 || max_rows > kExpertParallelMaxRows ||
+      static_cast<int>(active.size()) < 2 * threads) {
+    for (int e : active) {
+      RunExpert(x, hidden, experts, e, count[e], count[e + 1] - count[e], *s, &s->shared, out,
+                pool);
     }
-    Gemm(s->rows.data(), m, experts.gate_up[e], s->gate_up.data(), pool);
-    SiluMul(s->gate_up.data(), m, inter, s->act.data(), pool);
-    Gemm(s->act.data(), m, experts.down[e], s->down.data(), pool);
-    for (int r = 0; r < m; ++r) {
-      const float w = s->weight_of[begin + r];
-      float* dst = out + static_cast<size_t>(s->token_of[begin + r]) * hidden;
-      const float* src = s->down.data() + static_cast<size_t>(r) * hidden;
-      for (int d = 0; d < hidden; ++d) dst[d] += w * src[d];
+    return;
+  }
+  // Part p runs active experts p, p + threads, ...: within one expert of each other in
+  // weight bytes, which is what a decode step's time follows. Each part accumulates into
+  // its own output; the parts are summed at the end.
+  s->parts.resize(threads);
+  s->part_out.resize(threads);
+  pool->ParallelFor(threads, 1, [&](int64_t begin, int64_t end) {
+    for (int64_t part = begin; part < end; ++part) {
+      std::vector<float>& part_out = s->part_out[part];
+      part_out.assign(out_size, 0.0f);
+      for (size_t i = part; i < active.size(); i += threads) {
+        const int e = active[i];
+        RunExpert(x, hidden, experts, e, count[e], count[e + 1] - count[e], *s, &s->parts[part],
+                  part_out.data(), nullptr);
+      }
     }
+  });
+  for (int part = 0; part < threads; ++part) {
+    const float* src = s->part_out[part].data();
+    for (size_t i = 0; i < out_size; ++i) out[i] += src[i];
   }
 }
 

@@ -16,17 +16,27 @@ namespace tessera::kernels {
 void MoeRoute(const float* logits, int n, int num_experts, int top_k, bool renormalize,
               int32_t* expert_ids, float* weights);
 
+// One expert's buffers: its gathered rows and what they become.
+struct ExpertScratch {
+  std::vector<float> rows, gate_up, act, down;
+};
+
 // Reusable buffers of MoeExperts, kept by the backend between calls.
 struct MoeScratch {
-  std::vector<float> rows, gate_up, act, down;
+  ExpertScratch shared;
   std::vector<int32_t> token_of;
   std::vector<float> weight_of;
+  // Expert-parallel decode: one set of buffers and one partial output per part.
+  std::vector<ExpertScratch> parts;
+  std::vector<std::vector<float>> part_out;
 };
 
 // Grouped expert GEMM: for each held expert some rows were routed to, gathers those rows,
 // runs gate_up, SiLU-mul and down over them as one GEMM each (so a decode step reads only
 // the routed experts' weights), and adds the results, scaled by the routing weights, into
-// out [n, hidden] (zeroed first).
+// out [n, hidden] (zeroed first). Few rows per expert (decode) and enough experts: each
+// thread takes whole experts on its own, so the step streams the experts' weights without
+// a synchronisation per GEMM; otherwise (prefill) the threads share each expert's GEMMs.
 void MoeExperts(const float* x, int n, int hidden, const int32_t* expert_ids,
                 const float* weights, int top_k, const ExpertWeights& experts, float* out,
                 MoeScratch* scratch, ThreadPool* pool);

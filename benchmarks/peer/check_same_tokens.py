@@ -17,32 +17,12 @@ import argparse
 import json
 import pathlib
 import random
-import socket
 import subprocess
 import sys
-import time
 import urllib.request
 
-
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def wait_http(url, proc, timeout_s):
-    deadline = time.time() + timeout_s
-    while time.time() < deadline:
-        if proc.poll() is not None:
-            raise RuntimeError(f"llama-server exited with {proc.returncode} while starting")
-        try:
-            with urllib.request.urlopen(url, timeout=2) as r:
-                if r.status == 200:
-                    return
-        except OSError:
-            pass
-        time.sleep(0.5)
-    raise RuntimeError(f"{url} not ready after {timeout_s} s")
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
+from side_by_side import free_port, wait_http  # noqa: E402
 
 
 def tessera_ids(a, prompt):

@@ -411,6 +411,15 @@ class ChartShapeTest(unittest.TestCase):
             render({"coordinator": {"speculative": {"method": "draft"}}})
         self.assertIn("draftModelPath", str(e.exception))
 
+    def test_expert_parallel_value_reaches_the_coordinator(self):
+        args = component_template(objects({}), "coordinator")["spec"]["containers"][0]["args"]
+        self.assertNotIn("--expert-parallel", args, "off by default")
+        on = {"tp": 8, "coordinator": {"expertParallel": True}}
+        args = component_template(objects(on), "coordinator")["spec"]["containers"][0]["args"]
+        self.assertIn("--expert-parallel", args)
+        with self.assertRaises(helm_python.HelmValuesError):
+            render({"coordinator": {"expertParallel": "yes"}})  # The schema wants a boolean.
+
     def test_leader_worker_set_places_multi_node_groups(self):
         objs = objects(VALUE_SETS["multinode_lws"])
         lws = by_kind(objs, "LeaderWorkerSet")[0]

@@ -63,6 +63,25 @@ TEST(SyntheticByteLevelTokenizerTest, Qwen2FlavorAddsNoBos) {
   EXPECT_FALSE(t->IsSpecial(t->IdForPiece("<tool_call>")));
 }
 
+// Qwen3's vocabulary: Qwen2.5's, then its think and tool-response tokens at 151665-151668,
+// added but not special (they are text the model writes, and a detokenizer shows them).
+TEST(SyntheticByteLevelTokenizerTest, Qwen3FlavorAddsThinkAndToolResponseTokens) {
+  auto files = SyntheticByteLevelTokenizer(ByteLevelFlavor::kQwen3, 151643);
+  ASSERT_TRUE(files.ok()) << files.status();
+  EXPECT_EQ(files->num_tokens, 151669);
+  EXPECT_EQ(files->bos_token_id, -1);
+  EXPECT_THAT(files->eos_token_ids, ElementsAre(151645, 151643));
+  auto t = Load("synthetic_qwen3", *files);
+  ASSERT_NE(t, nullptr);
+  EXPECT_EQ(t->IdForPiece("<|im_end|>"), 151645);
+  EXPECT_EQ(t->IdForPiece("<tool_response>"), 151665);
+  EXPECT_EQ(t->IdForPiece("</tool_response>"), 151666);
+  EXPECT_EQ(t->IdForPiece("<think>"), 151667);
+  EXPECT_EQ(t->IdForPiece("</think>"), 151668);
+  EXPECT_FALSE(t->IsSpecial(151667));
+  EXPECT_THAT(t->Encode("<think>", false), ElementsAre(151667));
+}
+
 TEST(SyntheticByteLevelTokenizerTest, DeterministicWithUniquePieces) {
   auto a = SyntheticByteLevelTokenizer(ByteLevelFlavor::kLlama3, 3000);
   auto b = SyntheticByteLevelTokenizer(ByteLevelFlavor::kLlama3, 3000);

@@ -185,7 +185,8 @@ std::vector<Special> Llama3Specials() {
 }
 
 // Qwen2.5's added tokens; the tool-call and fill-in-the-middle markers are not special.
-std::vector<Special> Qwen2Specials() {
+// Qwen3 appends four more, none special (ids 151665-151668 in the real vocabulary).
+std::vector<Special> QwenSpecials(bool qwen3) {
   std::vector<Special> s;
   for (const char* name :
        {"<|endoftext|>", "<|im_start|>", "<|im_end|>", "<|object_ref_start|>",
@@ -197,6 +198,11 @@ std::vector<Special> Qwen2Specials() {
   for (const char* name : {"<tool_call>", "</tool_call>", "<|fim_prefix|>", "<|fim_middle|>",
                            "<|fim_suffix|>", "<|fim_pad|>", "<|repo_name|>", "<|file_sep|>"}) {
     s.push_back({name, false});
+  }
+  if (qwen3) {
+    for (const char* name : {"<tool_response>", "</tool_response>", "<think>", "</think>"}) {
+      s.push_back({name, false});
+    }
   }
   return s;
 }
@@ -229,7 +235,8 @@ absl::StatusOr<ByteLevelTokenizerFiles> SyntheticByteLevelTokenizer(ByteLevelFla
   const bool llama3 = flavor == ByteLevelFlavor::kLlama3;
   VocabBuilder vocab;
   FillVocabulary(num_regular_tokens, &vocab);
-  const std::vector<Special> specials = llama3 ? Llama3Specials() : Qwen2Specials();
+  const std::vector<Special> specials =
+      llama3 ? Llama3Specials() : QwenSpecials(flavor == ByteLevelFlavor::kQwen3);
 
   ByteLevelTokenizerFiles files;
   files.num_tokens = num_regular_tokens + static_cast<int>(specials.size());

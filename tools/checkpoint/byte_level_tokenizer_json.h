@@ -13,6 +13,7 @@ namespace tessera {
 enum class ByteLevelFlavor {
   kLlama3,  // Llama 3.x: <|begin_of_text|> = first special id, BOS added, eos <|eot_id|> etc.
   kQwen2,   // Qwen2/2.5: <|endoftext|>, <|im_start|>, <|im_end|>; no BOS.
+  kQwen3,   // Qwen3: Qwen2.5's, then <tool_response>, </tool_response>, <think>, </think>.
 };
 
 // The files of a synthetic byte-level BPE tokenizer (GPT-2 byte alphabet, a deterministic

@@ -191,8 +191,11 @@ struct ByteLevelChoice {
 };
 std::optional<ByteLevelChoice> ByteLevelFor(const ModelConfig& c) {
   if (c.bos_token_id == 128000) return ByteLevelChoice{ByteLevelFlavor::kLlama3, 128000};
-  // Qwen2.5 and Qwen3 share the vocabulary (Qwen3 adds four unspecial think and
-  // tool-response tokens after Qwen2.5's, which the synthetic tokenizer leaves out).
+  // Qwen2.5 and Qwen3 share the vocabulary; Qwen3 adds four unspecial think and
+  // tool-response tokens after Qwen2.5's added ones.
+  if (IsQwen3(c) && c.vocab_size >= 151669) {
+    return ByteLevelChoice{ByteLevelFlavor::kQwen3, 151643};
+  }
   if (IsQwen(c) && c.vocab_size >= 151665) {
     return ByteLevelChoice{ByteLevelFlavor::kQwen2, 151643};
   }
@@ -206,7 +209,7 @@ std::string GenerationConfigJson(const ModelConfig& c, ByteLevelFlavor flavor) {
   // Qwen's files name <|endoftext|> as bos although its tokenizer adds none.
   if (c.bos_token_id >= 0) {
     j["bos_token_id"] = c.bos_token_id;
-  } else if (flavor == ByteLevelFlavor::kQwen2) {
+  } else if (flavor != ByteLevelFlavor::kLlama3) {
     j["bos_token_id"] = 151643;
   }
   j["eos_token_id"] = c.eos_token_ids;

@@ -251,15 +251,25 @@ class Loader {
   uint64_t bytes_ = 0;
 };
 
-// One SwiGLU MLP under `prefix` (gate/up/down names as given), its intermediate dimension
-// `inter` cut to `slice`: gate_up fused [2 * slice, hidden], down [hidden, slice].
-absl::Status LoadSwiGlu(Loader* load, const std::string& gate, const std::string& up,
-                        const std::string& down, int64_t h, int64_t inter, Range slice,
-                        DeviceMatrix* gate_up, DeviceMatrix* down_out) {
+// The projection names of a SwiGLU MLP (without ".weight").
+struct SwiGluNames {
+  const char* gate;
+  const char* up;
+  const char* down;
+};
+constexpr SwiGluNames kLlamaMlp{"gate_proj", "up_proj", "down_proj"};
+constexpr SwiGluNames kMixtralExpert{"w1", "w3", "w2"};
+
+// One SwiGLU MLP under `prefix`, its intermediate dimension `inter` cut to `slice`: gate_up
+// fused [2 * slice, hidden], down [hidden, slice].
+absl::Status LoadSwiGlu(Loader* load, const std::string& prefix, const SwiGluNames& names,
+                        int64_t h, int64_t inter, Range slice, DeviceMatrix* gate_up,
+                        DeviceMatrix* down) {
   const Range all_h{0, h};
-  ASSIGN_OR_RETURN(*gate_up, load->Linear({{gate, {inter, h}, slice, all_h},
-                                           {up, {inter, h}, slice, all_h}}));
-  ASSIGN_OR_RETURN(*down_out, load->Linear({{down, {h, inter}, all_h, slice}}));
+  const auto name = [&](const char* proj) { return absl::StrCat(prefix, proj, ".weight"); };
+  ASSIGN_OR_RETURN(*gate_up, load->Linear({{name(names.gate), {inter, h}, slice, all_h},
+                                           {name(names.up), {inter, h}, slice, all_h}}));
+  ASSIGN_OR_RETURN(*down, load->Linear({{name(names.down), {h, inter}, all_h, slice}}));
   return absl::OkStatus();
 }
 
@@ -278,16 +288,10 @@ absl::Status LoadExperts(const ModelConfig& c, const ShardLayout& s, const std::
   layer->first_expert = static_cast<int>(s.experts.begin);
   layer->expert_intermediate = static_cast<int>(s.expert_intermediate.size());
   for (int64_t e = s.experts.begin; e < s.experts.end; ++e) {
-    const std::string ex = absl::StrCat(block, "experts.", e, ".");
     DeviceMatrix gate_up, down;
-    if (mixtral) {
-      RETURN_IF_ERROR(LoadSwiGlu(load, ex + "w1.weight", ex + "w3.weight", ex + "w2.weight", h,
-                                 inter, s.expert_intermediate, &gate_up, &down));
-    } else {
-      RETURN_IF_ERROR(LoadSwiGlu(load, ex + "gate_proj.weight", ex + "up_proj.weight",
-                                 ex + "down_proj.weight", h, inter, s.expert_intermediate,
-                                 &gate_up, &down));
-    }
+    RETURN_IF_ERROR(LoadSwiGlu(load, absl::StrCat(block, "experts.", e, "."),
+                               mixtral ? kMixtralExpert : kLlamaMlp, h, inter,
+                               s.expert_intermediate, &gate_up, &down));
     layer->expert_gate_up_views.push_back(gate_up.view);
     layer->expert_down_views.push_back(down.view);
     layer->expert_gate_up.push_back(std::move(gate_up));
@@ -295,10 +299,9 @@ absl::Status LoadExperts(const ModelConfig& c, const ShardLayout& s, const std::
   }
   const int64_t shared = c.moe.shared_intermediate_size;
   if (shared > 0) {
-    const std::string se = block + "shared_expert.";
-    RETURN_IF_ERROR(LoadSwiGlu(load, se + "gate_proj.weight", se + "up_proj.weight",
-                               se + "down_proj.weight", h, shared, s.shared_intermediate,
-                               &layer->shared_gate_up, &layer->shared_down));
+    RETURN_IF_ERROR(LoadSwiGlu(load, block + "shared_expert.", kLlamaMlp, h, shared,
+                               s.shared_intermediate, &layer->shared_gate_up,
+                               &layer->shared_down));
     ASSIGN_OR_RETURN(layer->shared_gate,
                      load->Matrix({{block + "shared_expert_gate.weight", {1, h}, {0, 1}, {0, h}}}));
   }
@@ -385,9 +388,8 @@ absl::StatusOr<ModelWeights> LoadModelWeights(const Checkpoint& checkpoint,
     if (c.IsMoeLayer(l)) {
       RETURN_IF_ERROR(LoadExperts(c, s, p, &load, &layer));
     } else {
-      ASSIGN_OR_RETURN(layer.gate_up, load.Linear({{p + "mlp.gate_proj.weight", {inter, h}, s.intermediate, all_h},
-                                                   {p + "mlp.up_proj.weight", {inter, h}, s.intermediate, all_h}}));
-      ASSIGN_OR_RETURN(layer.down, load.Linear({{p + "mlp.down_proj.weight", {h, inter}, all_h, s.intermediate}}));
+      RETURN_IF_ERROR(LoadSwiGlu(&load, p + "mlp.", kLlamaMlp, h, inter, s.intermediate,
+                                 &layer.gate_up, &layer.down));
     }
     w.layers.push_back(std::move(layer));
   }

@@ -78,59 +78,63 @@ void MoeExperts(const float* x, int n, int hidden, const int32_t* expert_ids,
   const size_t out_size = static_cast<size_t>(n) * hidden;
   std::memset(out, 0, sizeof(float) * out_size);
   // Bucket the (row, slot) pairs by held expert, rows in order within each bucket.
-  std::vector<int32_t> count(experts.num_local + 1, 0);
+  std::vector<int32_t>& begin = s->bucket_begin;
+  begin.assign(experts.num_local + 1, 0);
   const int64_t pairs = static_cast<int64_t>(n) * top_k;
   for (int64_t p = 0; p < pairs; ++p) {
     const int local = expert_ids[p] - experts.first_expert;
-    if (local >= 0 && local < experts.num_local) ++count[local + 1];
+    if (local >= 0 && local < experts.num_local) ++begin[local + 1];
   }
-  std::partial_sum(count.begin(), count.end(), count.begin());
-  s->token_of.resize(count.back());
-  s->weight_of.resize(count.back());
-  std::vector<int32_t> fill(count.begin(), count.end() - 1);
+  std::partial_sum(begin.begin(), begin.end(), begin.begin());
+  s->token_of.resize(begin.back());
+  s->weight_of.resize(begin.back());
+  s->fill.assign(begin.begin(), begin.end() - 1);
   for (int64_t p = 0; p < pairs; ++p) {
     const int local = expert_ids[p] - experts.first_expert;
     if (local < 0 || local >= experts.num_local) continue;
-    s->token_of[fill[local]] = static_cast<int32_t>(p / top_k);
-    s->weight_of[fill[local]] = weights[p];
-    ++fill[local];
+    s->token_of[s->fill[local]] = static_cast<int32_t>(p / top_k);
+    s->weight_of[s->fill[local]] = weights[p];
+    ++s->fill[local];
   }
-  std::vector<int> active;
+  s->active.clear();
   int max_rows = 0;
   for (int e = 0; e < experts.num_local; ++e) {
-    const int m = count[e + 1] - count[e];
+    const int m = begin[e + 1] - begin[e];
     if (m == 0) continue;
-    active.push_back(e);
+    s->active.push_back(e);
     max_rows = std::max(max_rows, m);
   }
+  const std::vector<int>& active = s->active;
   const int threads = pool != nullptr ? pool->num_threads() : 1;
   if (threads == 1 || max_rows > kExpertParallelMaxRows ||
       static_cast<int>(active.size()) < 2 * threads) {
     for (int e : active) {
-      RunExpert(x, hidden, experts, e, count[e], count[e + 1] - count[e], *s, &s->shared, out,
+      RunExpert(x, hidden, experts, e, begin[e], begin[e + 1] - begin[e], *s, &s->shared, out,
                 pool);
     }
     return;
   }
   // Part p runs active experts p, p + threads, ...: within one expert of each other in
-  // weight bytes, which is what a decode step's time follows. Each part accumulates into
-  // its own output; the parts are summed at the end.
+  // weight bytes, which is what a decode step's time follows. Part 0 accumulates into
+  // `out`, the others into their own buffers, summed into `out` at the end.
   s->parts.resize(threads);
-  s->part_out.resize(threads);
-  pool->ParallelFor(threads, 1, [&](int64_t begin, int64_t end) {
-    for (int64_t part = begin; part < end; ++part) {
-      std::vector<float>& part_out = s->part_out[part];
-      part_out.assign(out_size, 0.0f);
+  s->part_out.resize(threads - 1);
+  pool->ParallelFor(threads, 1, [&](int64_t first, int64_t last) {
+    for (int64_t part = first; part < last; ++part) {
+      float* dst = out;
+      if (part > 0) {
+        s->part_out[part - 1].assign(out_size, 0.0f);
+        dst = s->part_out[part - 1].data();
+      }
       for (size_t i = part; i < active.size(); i += threads) {
         const int e = active[i];
-        RunExpert(x, hidden, experts, e, count[e], count[e + 1] - count[e], *s, &s->parts[part],
-                  part_out.data(), nullptr);
+        RunExpert(x, hidden, experts, e, begin[e], begin[e + 1] - begin[e], *s, &s->parts[part],
+                  dst, nullptr);
       }
     }
   });
-  for (int part = 0; part < threads; ++part) {
-    const float* src = s->part_out[part].data();
-    for (size_t i = 0; i < out_size; ++i) out[i] += src[i];
+  for (const std::vector<float>& part : s->part_out) {
+    for (size_t i = 0; i < out_size; ++i) out[i] += part[i];
   }
 }
 

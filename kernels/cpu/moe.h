@@ -23,10 +23,14 @@ struct ExpertScratch {
 
 // Reusable buffers of MoeExperts, kept by the backend between calls.
 struct MoeScratch {
-  ExpertScratch shared;
-  std::vector<int32_t> token_of;
+  // The routed (row, slot) pairs bucketed by held expert: bucket e is
+  // [bucket_begin[e], bucket_begin[e + 1]) of token_of / weight_of.
+  std::vector<int32_t> bucket_begin, fill, token_of;
   std::vector<float> weight_of;
-  // Expert-parallel decode: one set of buffers and one partial output per part.
+  std::vector<int> active;  // Held experts some row was routed to.
+  ExpertScratch shared;
+  // Expert-parallel decode: one set of buffers per part, and the partial outputs of parts
+  // 1.. (part 0 accumulates into the output itself).
   std::vector<ExpertScratch> parts;
   std::vector<std::vector<float>> part_out;
 };

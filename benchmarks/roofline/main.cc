@@ -200,8 +200,9 @@ int Main(int argc, char** argv) {
   };
   if (absl::Status s = run_steps(warmup_steps, nullptr); !s.ok()) return Fail(std::string(s.message()));
   // The same step every time, so the same experts: one step's routed bytes stand for all.
-  backend.TakeRoutedExpertBytes();
+  backend.set_count_routed_experts(true);
   if (absl::Status s = run_steps(1, nullptr); !s.ok()) return Fail(std::string(s.message()));
+  backend.set_count_routed_experts(false);
   const uint64_t routed_expert_bytes = backend.TakeRoutedExpertBytes();
   std::vector<double> times;
   if (absl::Status s = run_steps(steps, &times); !s.ok()) return Fail(std::string(s.message()));

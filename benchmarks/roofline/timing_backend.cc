@@ -94,6 +94,13 @@ void TimingBackend::MoeRoute(const float* router_logits, int n, int num_experts,
 void TimingBackend::MoeExperts(const void* x, int n, int hidden, const int32_t* expert_ids,
                                const float* weights, int top_k,
                                const kernels::ExpertWeights& experts, void* out) {
+  const auto run = [&] {
+    inner_->MoeExperts(x, n, hidden, expert_ids, weights, top_k, experts, out);
+  };
+  if (!enabled_ && !count_routed_experts_) {
+    run();
+    return;
+  }
   std::vector<int32_t> ids(static_cast<size_t>(n) * top_k);
   inner_->CopyToHost(ids.data(), expert_ids, ids.size() * sizeof(int32_t));
   std::vector<bool> used(experts.num_local, false);
@@ -108,10 +115,8 @@ void TimingBackend::MoeExperts(const void* x, int n, int hidden, const int32_t* 
       bytes += DTypeBytes(m->dtype, static_cast<uint64_t>(m->rows) * m->cols);
     }
   }
-  routed_expert_bytes_ += bytes;
-  Timed(absl::StrCat("moe_experts ", experts.num_local, "x", experts.intermediate), bytes, [&] {
-    inner_->MoeExperts(x, n, hidden, expert_ids, weights, top_k, experts, out);
-  });
+  if (count_routed_experts_) routed_expert_bytes_ += bytes;
+  Timed(absl::StrCat("moe_experts ", experts.num_local, "x", experts.intermediate), bytes, run);
 }
 
 void TimingBackend::AddSigmoidGated(void* y, const void* x, const float* gate_logits, int n,

@@ -29,9 +29,10 @@ class TimingBackend final : public kernels::Backend {
   void Reset() { ops_.clear(); }
   // Keyed "gemm <rows>x<cols> <dtype>", "paged_attention", "rms_norm", ...
   const std::map<std::string, OpStats>& ops() const { return ops_; }
-  // Bytes of the expert matrices the steps' tokens were routed to (each routed expert once
-  // per layer and step), counted whether or not timing is enabled; TakeRoutedExpertBytes
-  // returns the count since the last call.
+  // While counting, the bytes of the expert matrices the steps' tokens were routed to (each
+  // routed expert once per layer and step) add up; TakeRoutedExpertBytes returns the sum
+  // since the last call. Counting reads the routing back, so measured steps leave it off.
+  void set_count_routed_experts(bool count) { count_routed_experts_ = count; }
   uint64_t TakeRoutedExpertBytes() { return std::exchange(routed_expert_bytes_, 0); }
 
   std::string_view name() const override { return inner_->name(); }
@@ -66,8 +67,8 @@ class TimingBackend final : public kernels::Backend {
                    const float* weight, float eps) override;
   void MoeRoute(const float* router_logits, int n, int num_experts, int top_k, bool renormalize,
                 int32_t* expert_ids, float* weights) override;
-  // Counts the bytes of the experts the step's rows were routed to (read back from the
-  // routing, which on the CPU is host memory).
+  // Charges the bytes of the experts the step's rows were routed to (read back from the
+  // routing, which on the CPU is host memory) when timing or counting.
   void MoeExperts(const void* x, int n, int hidden, const int32_t* expert_ids,
                   const float* weights, int top_k, const kernels::ExpertWeights& experts,
                   void* out) override;
@@ -93,6 +94,7 @@ class TimingBackend final : public kernels::Backend {
   kernels::Backend* inner_;
   bool enabled_ = false;
   std::map<std::string, OpStats> ops_;
+  bool count_routed_experts_ = false;
   uint64_t routed_expert_bytes_ = 0;
 };
 

@@ -68,7 +68,7 @@ const gpu::MoeExpertsArgs* CudaBackend::ExpertTable(const ExpertWeights& experts
   if (experts.gate_up != nullptr && !gpu::MoeExpertDtypeSupported(experts.gate_up[0].dtype)) {
     Record(absl::UnimplementedError(absl::StrCat(
         "MoeExperts: expert weight dtype ", DTypeName(experts.gate_up[0].dtype),
-        " is not implemented on CUDA (BF16, F16, I8 or F8_E4M3)")));
+        " is not implemented on CUDA (F32, BF16, F16, I8 or F8_E4M3)")));
     return nullptr;
   }
   std::string error;

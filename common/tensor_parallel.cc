@@ -1,6 +1,7 @@
 #include "common/tensor_parallel.h"
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 
 namespace tessera {
 
@@ -79,6 +80,24 @@ absl::StatusOr<ShardLayout> ShardLayout::Make(const ModelConfig& c, int rank, in
     s.shared_intermediate = EvenSplit(m.shared_intermediate_size, rank, world);
   }
   return s;
+}
+
+std::vector<int> ValidTensorParallelSizes(const ModelConfig& config, bool expert_parallel,
+                                          int max_world) {
+  std::vector<int> sizes;
+  for (int world = 1; world <= max_world; ++world) {
+    if (ShardLayout::Make(config, 0, world, expert_parallel).ok()) sizes.push_back(world);
+  }
+  return sizes;
+}
+
+absl::Status WithValidTensorParallelSizes(const absl::Status& status, const ModelConfig& config,
+                                          bool expert_parallel) {
+  if (status.ok()) return status;
+  const std::vector<int> sizes = ValidTensorParallelSizes(config, expert_parallel);
+  return absl::Status(status.code(),
+                      absl::StrCat(status.message(), " (tp that would work: ",
+                                   absl::StrJoin(sizes, ", "), ")"));
 }
 
 }  // namespace tessera

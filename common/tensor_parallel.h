@@ -1,6 +1,8 @@
 #ifndef TESSERA_COMMON_TENSOR_PARALLEL_H_
 #define TESSERA_COMMON_TENSOR_PARALLEL_H_
 
+#include <vector>
+
 #include "absl/status/statusor.h"
 #include "common/checkpoint.h"
 #include "common/model_config.h"
@@ -34,6 +36,15 @@ struct ShardLayout {
   static absl::StatusOr<ShardLayout> Make(const ModelConfig& config, int rank, int world,
                                           bool expert_parallel = false);
 };
+
+// The tensor-parallel sizes in [1, max_world] that `config` can be sharded over: what an
+// error about an impossible --tp suggests instead.
+std::vector<int> ValidTensorParallelSizes(const ModelConfig& config, bool expert_parallel,
+                                          int max_world = 64);
+
+// `status` (a refused layout for `world` ranks) with the sizes that would work appended.
+absl::Status WithValidTensorParallelSizes(const absl::Status& status, const ModelConfig& config,
+                                          bool expert_parallel);
 
 }  // namespace tessera
 

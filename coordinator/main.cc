@@ -228,8 +228,9 @@ int main(int argc, char** argv) {
   }
   // Refused here with the numbers (uneven expert counts, a dense model), not by every worker.
   if (auto layout = tessera::ShardLayout::Make(*config, 0, static_cast<int>(tp), expert_parallel); !layout.ok()) {
-    return Fail(absl::StrCat("--tp ", tp, expert_parallel ? " --expert-parallel" : "", ": ",
-                             layout.status().message()));
+    return Fail(absl::StrCat(
+        "--tp ", tp, expert_parallel ? " --expert-parallel" : "", ": ",
+        tessera::WithValidTensorParallelSizes(layout.status(), *config, expert_parallel).message()));
   }
   const auto weight_format = tessera::ParseWeightQuantization(quantization);
   if (!weight_format.ok()) return Fail(absl::StrCat("--quantization: ", weight_format.status().message()));

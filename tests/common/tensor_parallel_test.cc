@@ -57,6 +57,19 @@ TEST(ShardLayoutTest, RejectsWorldThatDoesNotDivideHeads) {
   EXPECT_FALSE(ShardLayout::Make(Stories(), 2, 2).ok());
 }
 
+TEST(ShardLayoutTest, ListsTheTensorParallelSizesThatWork) {
+  ModelConfig nine_heads = Stories();  // SmolLM2-135M: 9 query heads, 3 KV heads.
+  nine_heads.num_attention_heads = 9;
+  nine_heads.num_key_value_heads = 3;
+  EXPECT_EQ(ValidTensorParallelSizes(nine_heads, false), (std::vector<int>{1, 3, 9}));
+  const absl::Status refused = WithValidTensorParallelSizes(
+      ShardLayout::Make(nine_heads, 0, 2).status(), nine_heads, false);
+  EXPECT_EQ(refused.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(refused.message().find("tp=2 does not divide num_attention_heads=9"), std::string::npos)
+      << refused;
+  EXPECT_NE(refused.message().find("tp that would work: 1, 3, 9"), std::string::npos) << refused;
+}
+
 ModelConfig TinyMoe(int experts, int shared = 0) {
   ModelConfig c = Stories();
   c.architecture = "Qwen3MoeForCausalLM";

@@ -7,6 +7,8 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "common/file_util.h"
+#include "common/gguf_model_dir.h"
+#include "common/gguf_quants.h"
 #include "common/status_macros.h"
 #include "nlohmann/json.hpp"
 
@@ -45,9 +47,18 @@ void CopyConverted(const uint8_t* src, DType from, size_t n, DType to, uint8_t* 
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<Checkpoint>> Checkpoint::Open(
-    const std::filesystem::path& model_dir) {
+    const std::filesystem::path& model_path) {
+  ASSIGN_OR_RETURN(const std::filesystem::path model_dir, ResolveModelDir(model_path));
   std::unique_ptr<Checkpoint> ckpt(new Checkpoint());
   ckpt->dir_ = model_dir;
+  if (IsGgufFile(model_dir)) {
+    RETURN_IF_ERROR(ckpt->OpenGguf(model_dir));
+    return ckpt;
+  }
+  if (IsGgufFile(model_dir / kGgufLinkName)) {
+    RETURN_IF_ERROR(ckpt->OpenGguf(model_dir / kGgufLinkName));
+    return ckpt;
+  }
   const std::filesystem::path single = model_dir / kSingleFile;
   const std::filesystem::path index = model_dir / kIndexFile;
 
@@ -149,6 +160,7 @@ absl::Status Checkpoint::ReadSlice(absl::string_view name, Range rows, Range col
   }
   if (rows.size() == 0 || cols.size() == 0) return absl::OkStatus();
 
+  if (loc.gguf != nullptr) return ReadGgufSlice(loc, rows, cols, dst_dtype, static_cast<uint8_t*>(dst));
   const size_t src_elem = DTypeSize(info.dtype);
   const size_t dst_elem = DTypeSize(dst_dtype);
   const uint8_t* src = loc.file->Data(info);
@@ -178,9 +190,77 @@ absl::Status Checkpoint::ReadAll(absl::string_view name, const std::vector<int64
                                                    " has shape ", ShapeString(info.shape),
                                                    ", expected ", ShapeString(expected_shape)));
   }
+  if (loc.gguf != nullptr) {
+    const int64_t num_rows = info.shape.size() == 2 ? info.shape[0] : 1;
+    return ReadGgufSlice(loc, {0, num_rows}, {0, info.shape.empty() ? 1 : info.shape.back()},
+                         dst_dtype, static_cast<uint8_t*>(dst));
+  }
   const size_t n = static_cast<size_t>(info.num_elements());
   CopyConverted(loc.file->Data(info), info.dtype, n, dst_dtype, static_cast<uint8_t*>(dst));
   bytes_read_.fetch_add(info.num_bytes());
+  return absl::OkStatus();
+}
+
+absl::Status Checkpoint::OpenGguf(const std::filesystem::path& file) {
+  ASSIGN_OR_RETURN(gguf_, GgufFile::Open(file));
+  ASSIGN_OR_RETURN(const GgufHfFiles files, GgufToHfFiles(*gguf_));
+  ASSIGN_OR_RETURN(gguf_refs_, GgufHfTensors(*gguf_, files.config));
+  for (const auto& [name, ref] : gguf_refs_) {
+    const GgufTensor& t = *ref.tensor;
+    TensorInfo info;
+    info.name = name;
+    switch (t.type) {
+      case GgmlType::kF16: info.dtype = DType::kF16; break;
+      case GgmlType::kBF16: info.dtype = DType::kBF16; break;
+      default: info.dtype = DType::kF32; break;  // F32, and what block types dequantize to.
+    }
+    info.shape = t.dims.size() == 2 ? std::vector<int64_t>{t.dims[1], t.dims[0]}
+                                    : std::vector<int64_t>{t.dims[0]};
+    info.data_begin = t.offset;
+    info.data_end = t.offset + t.bytes;
+    const TensorInfo* stored = &gguf_infos_.emplace(name, std::move(info)).first->second;
+    locations_[name] = Location{nullptr, stored, &ref};
+  }
+  return absl::OkStatus();
+}
+
+const GgufTensorRef* Checkpoint::Gguf(absl::string_view name) const {
+  auto it = locations_.find(std::string_view(name.data(), name.size()));
+  return it == locations_.end() ? nullptr : it->second.gguf;
+}
+
+absl::Status Checkpoint::ReadGgufSlice(const Location& loc, Range rows, Range cols, DType dst_dtype,
+                                       uint8_t* out) const {
+  const GgufTensor& t = *loc.gguf->tensor;
+  const size_t dst_elem = DTypeSize(dst_dtype);
+  const int64_t n = cols.size();
+  const bool float_type = t.type == GgmlType::kF32 || t.type == GgmlType::kF16 || t.type == GgmlType::kBF16;
+  if (!float_type && !GgmlDequantizable(t.type)) {
+    return absl::UnimplementedError(absl::StrCat(
+        gguf_->source(), ": tensor \"", t.name, "\" (", loc.info->name, ") is ", GgmlTypeName(t.type),
+        ", which Tessera does not read (F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q4_K and Q6_K)"));
+  }
+  const int block = GgmlBlockSize(t.type);
+  const int64_t first_block = cols.begin / block;
+  const int64_t last_block = (cols.end + block - 1) / block;
+  std::vector<float> decoded;
+  if (!float_type) decoded.resize(static_cast<size_t>((last_block - first_block) * block));
+  for (int64_t r = rows.begin; r < rows.end; ++r) {
+    const uint8_t* row = t.row(loc.gguf->SourceRow(r));
+    if (float_type) {
+      CopyConverted(row + cols.begin * DTypeSize(loc.info->dtype), loc.info->dtype,
+                    static_cast<size_t>(n), dst_dtype, out);
+    } else {
+      RETURN_IF_ERROR(DequantizeGgml(t.type, row + first_block * GgmlTypeSize(t.type),
+                                     (last_block - first_block) * block, decoded.data()));
+      ConvertFromF32(decoded.data() + (cols.begin - first_block * block), static_cast<size_t>(n),
+                     dst_dtype, out);
+    }
+    out += n * dst_elem;
+  }
+  bytes_read_.fetch_add(static_cast<uint64_t>(rows.size()) *
+                        static_cast<uint64_t>(last_block - first_block) * GgmlTypeSize(t.type));
+  gguf_->ReleasePages(t);
   return absl::OkStatus();
 }
 

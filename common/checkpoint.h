@@ -11,6 +11,8 @@
 
 #include "absl/status/statusor.h"
 #include "common/dtype.h"
+#include "common/gguf_file.h"
+#include "common/gguf_hf.h"
 #include "common/safetensors.h"
 
 namespace tessera {
@@ -24,8 +26,10 @@ struct Range {
 };
 
 // The model weights of one Hugging Face folder: `model.safetensors`, or the shards listed
-// by `model.safetensors.index.json`. Files stay memory-mapped; reads copy only the bytes
-// of the requested slice.
+// by `model.safetensors.index.json`, or a GGUF file (a folder from ResolveModelDir, whose
+// `model.gguf` links to it, or the file itself) read under the Hugging Face names.
+// Files stay memory-mapped; reads copy only the bytes of the requested slice. GGUF block
+// types read as F32 (dequantized), q/k rows in Hugging Face order.
 class Checkpoint {
  public:
   static absl::StatusOr<std::unique_ptr<Checkpoint>> Open(const std::filesystem::path& model_dir);
@@ -43,6 +47,10 @@ class Checkpoint {
   absl::Status ReadAll(absl::string_view name, const std::vector<int64_t>& expected_shape,
                        DType dst_dtype, void* dst) const;
 
+  // The GGUF tensor behind `name`; null for safetensors checkpoints and unknown names.
+  // Loaders use it to keep a block type's codes (see gguf_quants.h) instead of floats.
+  const GgufTensorRef* Gguf(absl::string_view name) const;
+
   // Bytes copied out of the files so far: lets tests assert a slice touched only its bytes.
   uint64_t bytes_read() const { return bytes_read_.load(); }
   const std::filesystem::path& dir() const { return dir_; }
@@ -52,14 +60,21 @@ class Checkpoint {
   Checkpoint() = default;
 
   struct Location {
-    const SafetensorsFile* file;
-    const TensorInfo* info;
+    const SafetensorsFile* file = nullptr;
+    const TensorInfo* info = nullptr;
+    const GgufTensorRef* gguf = nullptr;  // Set instead of `file` for GGUF.
   };
+  absl::Status OpenGguf(const std::filesystem::path& file);
+  absl::Status ReadGgufSlice(const Location& loc, Range rows, Range cols, DType dst_dtype,
+                             uint8_t* out) const;
   absl::StatusOr<Location> Find(absl::string_view name) const;
 
   std::filesystem::path dir_;
   std::vector<std::unique_ptr<SafetensorsFile>> files_;
   std::map<std::string, Location, std::less<>> locations_;
+  std::unique_ptr<GgufFile> gguf_;
+  std::map<std::string, GgufTensorRef, std::less<>> gguf_refs_;
+  std::map<std::string, TensorInfo, std::less<>> gguf_infos_;
   mutable std::atomic<uint64_t> bytes_read_{0};
 };
 

@@ -3,6 +3,7 @@
 #include "absl/strings/str_cat.h"
 #include "common/file_util.h"
 #include "common/status_macros.h"
+#include "common/gguf_model_dir.h"
 #include "nlohmann/json.hpp"
 
 namespace tessera {
@@ -43,7 +44,8 @@ absl::StatusOr<std::string> CheckpointQuantizationName(absl::string_view text,
   return method;
 }
 
-absl::StatusOr<std::string> LoadCheckpointQuantizationName(const std::filesystem::path& model_dir) {
+absl::StatusOr<std::string> LoadCheckpointQuantizationName(const std::filesystem::path& model_path) {
+  ASSIGN_OR_RETURN(const std::filesystem::path model_dir, ResolveModelDir(model_path));
   const std::filesystem::path file = model_dir / "config.json";
   if (!std::filesystem::exists(file)) return std::string();
   ASSIGN_OR_RETURN(const std::string text, ReadFileToString(file));

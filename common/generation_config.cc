@@ -8,6 +8,7 @@
 #include "absl/strings/str_cat.h"
 #include "common/file_util.h"
 #include "common/status_macros.h"
+#include "common/gguf_model_dir.h"
 #include "nlohmann/json.hpp"
 
 namespace tessera {
@@ -114,7 +115,8 @@ absl::StatusOr<GenerationConfig> GenerationConfig::FromJson(absl::string_view te
 }
 
 absl::StatusOr<GenerationConfig> GenerationConfig::LoadIfPresent(
-    const std::filesystem::path& model_dir, const ModelConfig& model) {
+    const std::filesystem::path& model_path, const ModelConfig& model) {
+  ASSIGN_OR_RETURN(const std::filesystem::path model_dir, ResolveModelDir(model_path));
   const std::filesystem::path file = model_dir / "generation_config.json";
   std::error_code ec;
   if (!std::filesystem::exists(file, ec)) return GenerationConfig();

@@ -6,6 +6,7 @@
 #include "absl/strings/str_cat.h"
 #include "common/file_util.h"
 #include "common/status_macros.h"
+#include "common/gguf_model_dir.h"
 #include "nlohmann/json.hpp"
 
 namespace tessera {
@@ -329,7 +330,8 @@ absl::StatusOr<ModelConfig> ModelConfig::FromJson(absl::string_view text, absl::
   return c;
 }
 
-absl::StatusOr<ModelConfig> ModelConfig::Load(const std::filesystem::path& model_dir) {
+absl::StatusOr<ModelConfig> ModelConfig::Load(const std::filesystem::path& model_path) {
+  ASSIGN_OR_RETURN(const std::filesystem::path model_dir, ResolveModelDir(model_path));
   const std::filesystem::path file = model_dir / "config.json";
   ASSIGN_OR_RETURN(std::string text, ReadFileToString(file));
   return FromJson(text, file.string());

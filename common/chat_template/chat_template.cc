@@ -11,6 +11,7 @@
 #include "common/chat_template/jinja_text.h"
 #include "common/file_util.h"
 #include "common/status_macros.h"
+#include "common/gguf_model_dir.h"
 #include "nlohmann/json.hpp"
 
 namespace tessera {
@@ -135,7 +136,8 @@ absl::StatusOr<std::unique_ptr<ChatTemplate>> ChatTemplate::FromSource(std::stri
 namespace {
 
 // tokenizer_config.json of `dir` as an object; empty when the file is absent.
-absl::StatusOr<nlohmann::json> LoadTokenizerConfig(const std::filesystem::path& dir) {
+absl::StatusOr<nlohmann::json> LoadTokenizerConfig(const std::filesystem::path& model_path) {
+  ASSIGN_OR_RETURN(const std::filesystem::path dir, ResolveModelDir(model_path));
   const std::filesystem::path config_path = dir / "tokenizer_config.json";
   if (!std::filesystem::exists(config_path)) return nlohmann::json::object();
   ASSIGN_OR_RETURN(std::string text, ReadFileToString(config_path));
@@ -165,7 +167,8 @@ absl::StatusOr<std::unique_ptr<ChatTemplate>> ChatTemplate::LoadOverride(const s
   return FromSourceNamingOrigin(std::move(source), config, template_file);
 }
 
-absl::StatusOr<std::unique_ptr<ChatTemplate>> ChatTemplate::Load(const std::filesystem::path& dir) {
+absl::StatusOr<std::unique_ptr<ChatTemplate>> ChatTemplate::Load(const std::filesystem::path& model_path) {
+  ASSIGN_OR_RETURN(const std::filesystem::path dir, ResolveModelDir(model_path));
   ASSIGN_OR_RETURN(nlohmann::json config, LoadTokenizerConfig(dir));
   const std::filesystem::path config_path = dir / "tokenizer_config.json";
   std::string source;

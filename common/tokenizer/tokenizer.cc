@@ -8,6 +8,7 @@
 #include "common/tokenizer/byte_level_bpe.h"
 #include "common/tokenizer/sentencepiece_bpe.h"
 #include "common/status_macros.h"
+#include "common/gguf_model_dir.h"
 #include "nlohmann/json.hpp"
 
 namespace tessera {
@@ -43,7 +44,8 @@ bool HasByteLevel(const Json& component) {
 
 }  // namespace
 
-absl::StatusOr<std::unique_ptr<Tokenizer>> Tokenizer::Load(const std::filesystem::path& dir) {
+absl::StatusOr<std::unique_ptr<Tokenizer>> Tokenizer::Load(const std::filesystem::path& model_path) {
+  ASSIGN_OR_RETURN(const std::filesystem::path dir, ResolveModelDir(model_path));
   const std::filesystem::path tokenizer_path = dir / "tokenizer.json";
   const std::string tokenizer_source = tokenizer_path.string();
   ASSIGN_OR_RETURN(std::string tokenizer_text, ReadFileToString(tokenizer_path));

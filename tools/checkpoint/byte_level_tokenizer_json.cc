@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "common/pre_tokenizer_patterns.h"
 #include "common/tokenizer/byte_level_alphabet.h"
 #include "nlohmann/json.hpp"
 
@@ -15,14 +16,6 @@ namespace tessera {
 namespace {
 
 using Json = nlohmann::json;
-
-// The pre-tokenizer regexes of the real files.
-constexpr char kLlama3Pattern[] =
-    "(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}{1,3}| "
-    "?[^\\s\\p{L}\\p{N}]+[\\r\\n]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+";
-constexpr char kQwen2Pattern[] =
-    "(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}| "
-    "?[^\\s\\p{L}\\p{N}]+[\\r\\n]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+";
 
 // Text the first merges are learned from, so that common English words, their
 // capitalised and space-prefixed forms, and short numbers become single tokens.
@@ -283,7 +276,7 @@ absl::StatusOr<ByteLevelTokenizerFiles> SyntheticByteLevelTokenizer(ByteLevelFla
     files.bos_token_id = special_id("<|begin_of_text|>");
     files.eos_token_ids = {special_id("<|end_of_text|>"), special_id("<|eom_id|>"),
                            special_id("<|eot_id|>")};
-    tokenizer["pre_tokenizer"] = SplitPreTokenizer(kLlama3Pattern, /*trim_offsets=*/true);
+    tokenizer["pre_tokenizer"] = SplitPreTokenizer(kLlama3PreTokenizerPattern, /*trim_offsets=*/true);
     const Json bos{{"SpecialToken", {{"id", "<|begin_of_text|>"}, {"type_id", 0}}}};
     const Json template_processor{
         {"type", "TemplateProcessing"},
@@ -302,7 +295,7 @@ absl::StatusOr<ByteLevelTokenizerFiles> SyntheticByteLevelTokenizer(ByteLevelFla
     config["model_max_length"] = 131072;
   } else {
     files.eos_token_ids = {special_id("<|im_end|>"), special_id("<|endoftext|>")};
-    tokenizer["pre_tokenizer"] = SplitPreTokenizer(kQwen2Pattern, /*trim_offsets=*/false);
+    tokenizer["pre_tokenizer"] = SplitPreTokenizer(kQwen2PreTokenizerPattern, /*trim_offsets=*/false);
     tokenizer["post_processor"] = byte_level_processor;
     tokenizer["normalizer"] = Json{{"type", "NFC"}};  // As Qwen2.5's own file.
     config["bos_token"] = nullptr;

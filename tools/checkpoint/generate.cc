@@ -14,7 +14,7 @@
 #include "common/status_macros.h"
 #include "nlohmann/json.hpp"
 #include "tools/checkpoint/byte_level_tokenizer_json.h"
-#include "tools/checkpoint/tokenizer_json.h"
+#include "common/sentencepiece_tokenizer_json.h"
 
 namespace tessera {
 namespace {

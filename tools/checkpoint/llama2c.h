@@ -6,7 +6,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
-#include "tools/checkpoint/tokenizer_json.h"
+#include "common/sentencepiece_tokenizer_json.h"
 
 namespace tessera {
 

@@ -1,5 +1,5 @@
-#ifndef TESSERA_TOOLS_CHECKPOINT_TOKENIZER_JSON_H_
-#define TESSERA_TOOLS_CHECKPOINT_TOKENIZER_JSON_H_
+#ifndef TESSERA_COMMON_SENTENCEPIECE_TOKENIZER_JSON_H_
+#define TESSERA_COMMON_SENTENCEPIECE_TOKENIZER_JSON_H_
 
 #include <string>
 #include <utility>
@@ -30,4 +30,4 @@ std::string LlamaTokenizerConfigJson(int model_max_length);
 
 }  // namespace tessera
 
-#endif  // TESSERA_TOOLS_CHECKPOINT_TOKENIZER_JSON_H_
+#endif  // TESSERA_COMMON_SENTENCEPIECE_TOKENIZER_JSON_H_

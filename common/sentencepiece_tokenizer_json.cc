@@ -1,4 +1,4 @@
-#include "tools/checkpoint/tokenizer_json.h"
+#include "common/sentencepiece_tokenizer_json.h"
 
 #include <algorithm>
 #include <unordered_map>

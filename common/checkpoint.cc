@@ -224,6 +224,12 @@ absl::Status Checkpoint::OpenGguf(const std::filesystem::path& file) {
   return absl::OkStatus();
 }
 
+std::vector<std::string> Checkpoint::TensorNames() const {
+  std::vector<std::string> names;
+  for (const auto& [name, location] : locations_) names.push_back(name);
+  return names;
+}
+
 const GgufTensorRef* Checkpoint::Gguf(absl::string_view name) const {
   auto it = locations_.find(std::string_view(name.data(), name.size()));
   return it == locations_.end() ? nullptr : it->second.gguf;

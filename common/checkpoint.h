@@ -37,6 +37,8 @@ class Checkpoint {
   // The tensor's header entry; NOT_FOUND naming the tensor (and the folder) when absent.
   absl::StatusOr<const TensorInfo*> Info(absl::string_view name) const;
   bool Has(absl::string_view name) const;
+  // Every tensor name, sorted.
+  std::vector<std::string> TensorNames() const;
 
   // Copies rows [rows.begin, rows.end) and columns [cols.begin, cols.end) of a 2-D tensor,
   // converted to `dst_dtype`, row-major into `dst`. A 1-D tensor is read as one row.

@@ -63,14 +63,20 @@ absl::StatusOr<DeviceMatrix> LoadInt4Matrix(const Checkpoint& checkpoint,
           ": its slice has ", m.cols, " columns in groups of ", m.group_size, ", not ",
           slices[0].cols, " in groups of ", slices[0].group_size));
     }
-    rows += m.rows;
     slices.push_back(std::move(m));
   }
+  return UploadInt4Matrix(slices, backend, parts[0].prefix);
+}
+
+absl::StatusOr<DeviceMatrix> UploadInt4Matrix(const std::vector<Int4Matrix>& slices,
+                                              kernels::Backend* backend, const std::string& name) {
+  int64_t rows = 0;
+  for (const Int4Matrix& m : slices) rows += m.rows;
   const int64_t cols = slices[0].cols;
   const int group = slices[0].group_size;
   if (backend->Int4WeightLayout() == kernels::WeightLayout::kU4Blocked16 &&
       kernels::Int4Blockable(cols, group)) {
-    return LoadBlocked(slices, rows, backend, parts[0].prefix);
+    return LoadBlocked(slices, rows, backend, name);
   }
   const int64_t groups = cols / group;
   // Scales and zeros start on a 64-byte boundary so vector loads of them never split lines.
@@ -90,7 +96,7 @@ absl::StatusOr<DeviceMatrix> LoadInt4Matrix(const Checkpoint& checkpoint,
     code_at += m.packed.size();
     table_at += m.scales.size() * sizeof(float);
   }
-  ASSIGN_OR_RETURN(DeviceBuffer buffer, DeviceBuffer::Allocate(backend, bytes, parts[0].prefix));
+  ASSIGN_OR_RETURN(DeviceBuffer buffer, DeviceBuffer::Allocate(backend, bytes, name));
   backend->CopyToDevice(buffer.get(), staging.data(), bytes);
   DeviceMatrix out;
   auto* base = static_cast<uint8_t*>(buffer.get());

@@ -35,6 +35,11 @@ absl::StatusOr<DeviceMatrix> LoadInt4Matrix(const Checkpoint& checkpoint,
                                             const std::vector<Int4Part>& parts,
                                             kernels::Backend* backend);
 
+// Puts row slices (same columns and group size) into backend memory as one kU4 matrix in
+// the backend's layout: LoadInt4Matrix's second half, shared with GGUF's 4-bit blocks.
+absl::StatusOr<DeviceMatrix> UploadInt4Matrix(const std::vector<Int4Matrix>& slices,
+                                              kernels::Backend* backend, const std::string& name);
+
 }  // namespace tessera
 
 #endif  // TESSERA_WORKER_INT4_WEIGHTS_H_

@@ -1,15 +1,19 @@
 #include "worker/model_weights.h"
 
 #include <filesystem>
+#include <map>
 #include <optional>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "common/checkpoint_quantization.h"
+#include "common/gguf_quants.h"
+#include "common/logging.h"
 #include "common/status_macros.h"
 #include "kernels/cpu/int8_blocked.h"
 #include "worker/fp8_checkpoint.h"
+#include "worker/gguf_weights.h"
 #include "worker/int4_weights.h"
 #include "worker/weight_quantizer.h"
 
@@ -53,7 +57,11 @@ class Loader {
   absl::StatusOr<DeviceMatrix> Linear(const std::vector<Part>& parts) {
     ASSIGN_OR_RETURN(const bool fp8, IsFp8(parts));
     if (fp8) return Fp8(parts);
-    if (quantization_ == WeightQuantization::kNone) return Matrix(parts);
+    if (quantization_ == WeightQuantization::kNone) {
+      ASSIGN_OR_RETURN(std::optional<DeviceMatrix> native, GgufNativeMatrix(parts));
+      if (native) return std::move(*native);
+      return Matrix(parts);
+    }
     for (const Part& p : parts) RETURN_IF_ERROR(CheckShape(p));
     const int64_t cols = parts[0].cols.size();
     int64_t rows = 0;
@@ -69,14 +77,22 @@ class Loader {
     std::vector<uint8_t> quantized(staging.size());
     std::vector<float> scales(rows * QuantizedScalesPerRow(quantization_, cols));
     QuantizeRows(quantization_, staging.data(), rows, cols, quantized.data(), scales.data());
-    if (dtype == DType::kI8 &&
-        backend_->Int8WeightLayout() == kernels::WeightLayout::kInt8Blocked16) {
+    if (dtype == DType::kI8) return Int8(parts[0].name, rows, cols, quantized, scales);
+    return Upload(parts[0].name, dtype, rows, cols, quantized, scales);
+  }
+
+  // Group-wise int8 codes [rows, cols] with their scales [rows, cols / 32], in the
+  // backend's int8 layout.
+  absl::StatusOr<DeviceMatrix> Int8(const std::string& name, int64_t rows, int64_t cols,
+                                    const std::vector<uint8_t>& quantized,
+                                    const std::vector<float>& scales) {
+    const DType dtype = DType::kI8;
+    if (backend_->Int8WeightLayout() == kernels::WeightLayout::kInt8Blocked16) {
       // Scales inside the packed matrix: one allocation.
       std::vector<uint8_t> packed(kernels::Int8BlockedShape{rows, cols}.bytes());
       kernels::PackInt8Blocked(reinterpret_cast<const int8_t*>(quantized.data()),
                                scales.data(), rows, cols, packed.data());
-      ASSIGN_OR_RETURN(DeviceBuffer buffer,
-                       DeviceBuffer::Allocate(backend_, packed.size(), parts[0].name));
+      ASSIGN_OR_RETURN(DeviceBuffer buffer, DeviceBuffer::Allocate(backend_, packed.size(), name));
       backend_->CopyToDevice(buffer.get(), packed.data(), packed.size());
       DeviceMatrix m;
       m.view = {buffer.get(), dtype, rows, cols};
@@ -86,8 +102,58 @@ class Loader {
       Done(packed.size());
       return m;
     }
-    return Upload(parts[0].name, dtype, rows, cols, quantized, scales,
-                  dtype == DType::kI8 ? kInt8WeightGroup : 0);
+    return Upload(name, dtype, rows, cols, quantized, scales, kInt8WeightGroup);
+  }
+
+  // A GGUF linear layer whose block type Tessera's int8 (Q8_0) or int4 (Q4_0, Q4_1,
+  // Q4_K) weights hold with the file's codes; nullopt when the parts are not all of one
+  // such kind (then they are read as floats).
+  absl::StatusOr<std::optional<DeviceMatrix>> GgufNativeMatrix(const std::vector<Part>& parts) {
+    const GgufNative kind = GgufNativeFormat(checkpoint_, parts[0].name, parts[0].cols);
+    if (kind == GgufNative::kNone) return std::nullopt;
+    for (const Part& p : parts) {
+      if (GgufNativeFormat(checkpoint_, p.name, p.cols) != kind) return std::nullopt;
+      RETURN_IF_ERROR(CheckShape(p));
+    }
+    const int64_t cols = parts[0].cols.size();
+    if (kind == GgufNative::kInt8) {
+      std::vector<uint8_t> codes;
+      std::vector<float> scales;
+      int64_t rows = 0;
+      for (const Part& p : parts) {
+        ASSIGN_OR_RETURN(Int8Slice slice, ReadGgufInt8(checkpoint_, p.name, p.rows, p.cols));
+        const auto* bytes = reinterpret_cast<const uint8_t*>(slice.codes.data());
+        codes.insert(codes.end(), bytes, bytes + slice.codes.size());
+        scales.insert(scales.end(), slice.scales.begin(), slice.scales.end());
+        rows += slice.rows;
+        native_[GgmlTypeName(checkpoint_.Gguf(p.name)->tensor->type)]++;
+      }
+      return Int8(parts[0].name, rows, cols, codes, scales);
+    }
+    std::vector<Int4Matrix> slices;
+    for (const Part& p : parts) {
+      absl::StatusOr<Int4Matrix> slice = ReadGgufInt4(checkpoint_, p.name, p.rows, p.cols);
+      if (absl::IsFailedPrecondition(slice.status())) return std::nullopt;
+      if (!slice.ok()) return slice.status();
+      slices.push_back(*std::move(slice));
+    }
+    for (const Part& p : parts) native_[GgmlTypeName(checkpoint_.Gguf(p.name)->tensor->type)]++;
+    ASSIGN_OR_RETURN(DeviceMatrix m, UploadInt4Matrix(slices, backend_, parts[0].name));
+    Done(m.buffer.bytes());
+    return m;
+  }
+
+  // One log line on how a GGUF file's tensors were served (nothing for safetensors).
+  void LogGgufSummary() const {
+    if (native_.empty() && dequantized_.empty()) return;
+    std::string native, dequantized;
+    for (const auto& [type, n] : native_) absl::StrAppend(&native, native.empty() ? "" : ", ", n, " ", type);
+    for (const auto& [type, n] : dequantized_) {
+      absl::StrAppend(&dequantized, dequantized.empty() ? "" : ", ", n, " ", type);
+    }
+    Log(LogLevel::kInfo, "weights",
+        absl::StrCat("GGUF tensors served with the file's codes: ", native.empty() ? "none" : native,
+                     "; dequantized at load: ", dequantized.empty() ? "none" : dequantized));
   }
 
   // Stacks the FP8 row slices of `parts` with their scales: the scales follow their rows,
@@ -111,7 +177,12 @@ class Loader {
   absl::StatusOr<DeviceMatrix> Matrix(const std::vector<Part>& parts) {
     ASSIGN_OR_RETURN(const bool int4, IsInt4(parts));
     if (int4) return Int4(parts);
-    for (const Part& p : parts) RETURN_IF_ERROR(CheckShape(p));
+    for (const Part& p : parts) {
+      RETURN_IF_ERROR(CheckShape(p));
+      if (const GgufTensorRef* g = checkpoint_.Gguf(p.name); g != nullptr && GgmlBlockSize(g->tensor->type) > 1) {
+        dequantized_[GgmlTypeName(g->tensor->type)]++;
+      }
+    }
     ASSIGN_OR_RETURN(const TensorInfo* first, checkpoint_.Info(parts[0].name));
     const DType dtype = first->dtype;
     if (dtype == DType::kF8E4M3 || dtype == DType::kI8) {
@@ -249,6 +320,7 @@ class Loader {
   const WeightQuantization quantization_;
   int done_ = 0;
   uint64_t bytes_ = 0;
+  std::map<std::string, int> native_, dequantized_;  // GGUF tensors by block type.
 };
 
 // The projection names of a SwiGLU MLP (without ".weight").
@@ -356,7 +428,16 @@ absl::StatusOr<ModelWeights> LoadModelWeights(const Checkpoint& checkpoint,
               fp8 ? &*fp8 : nullptr, quantization);
 
   ASSIGN_OR_RETURN(w.embed, load.Matrix({{"model.embed_tokens.weight", {vocab, h}, s.vocab, all_h}}));
-  if (!w.tied) {
+  // lm_head stays as the checkpoint stores it (never quantized at load), but a GGUF
+  // block type keeps the file's codes; a tied GGUF embedding is then held twice, as
+  // floats for the lookup and as codes for lm_head, which every decode step streams.
+  const std::string head_name = w.tied ? "model.embed_tokens.weight" : "lm_head.weight";
+  ASSIGN_OR_RETURN(std::optional<DeviceMatrix> native_head,
+                   load.GgufNativeMatrix({{head_name, {vocab, h}, s.vocab, all_h}}));
+  if (native_head) {
+    w.lm_head = std::move(*native_head);
+    w.tied = false;
+  } else if (!w.tied) {
     ASSIGN_OR_RETURN(w.lm_head, load.Matrix({{"lm_head.weight", {vocab, h}, s.vocab, all_h}}));
   }
   ASSIGN_OR_RETURN(w.final_norm, load.Vector("model.norm.weight", h));
@@ -394,6 +475,7 @@ absl::StatusOr<ModelWeights> LoadModelWeights(const Checkpoint& checkpoint,
     w.layers.push_back(std::move(layer));
   }
   w.bytes = load.bytes();
+  load.LogGgufSummary();
   return w;
 }
 

@@ -7,6 +7,7 @@ namespace tessera::cli {
 
 int RunMain(int argc, char** argv);              // tessera run
 int ConvertLlama2cMain(int argc, char** argv);   // tessera convert-llama2c
+int ConvertGgufMain(int argc, char** argv);      // tessera convert-gguf
 int GenCheckpointMain(int argc, char** argv);    // tessera gen-checkpoint
 int ServeMain(int argc, char** argv);            // tessera serve
 int GenerateMain(int argc, char** argv);         // tessera generate

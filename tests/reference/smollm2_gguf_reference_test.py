@@ -59,11 +59,11 @@ NEAR_TIE = 0.02
 
 # Greedy prompts: (name, text, or a user message rendered through the chat template).
 PROMPTS = [
-    ("text_village", "Once upon a time, in a small village by the sea, there lived"),
-    ("text_photosynthesis", "Photosynthesis is the process by which"),
+    ("text_eiffel", "The Eiffel Tower is located in"),
+    ("text_france", "The capital of France is"),
     ("text_code", "def fibonacci(n):\n"),
     ("chat_france", [{"role": "user", "content": "What is the capital of France?"}]),
-    ("chat_sky", [{"role": "user", "content": "Explain in two sentences why the sky is blue."}]),
+    ("chat_poem", [{"role": "user", "content": "Write a short poem about the ocean."}]),
 ]
 # Tokenizer-only texts: digits (split one by one), whitespace before digits (where stock
 # transformers and llama.cpp's smollm rule part), punctuation, code, Unicode, newlines,
@@ -89,8 +89,17 @@ def _missing(message):
     raise unittest.SkipTest(message)
 
 
+_REFERENCE_TOKENS = []
+
+
 def reference_tokens():
-    """gguf_tokenizer_reference.py's record for every prompt and tokenizer text."""
+    """gguf_tokenizer_reference.py's record for every prompt and tokenizer text (cached)."""
+    if not _REFERENCE_TOKENS:
+        _REFERENCE_TOKENS.append(_run_reference_tokenizer())
+    return _REFERENCE_TOKENS[0]
+
+
+def _run_reference_tokenizer():
     probe = subprocess.run([TOKENIZER_PYTHON, "-c", "import transformers, tokenizers, gguf, jinja2"],
                            capture_output=True, text=True)
     if probe.returncode != 0:
@@ -194,10 +203,10 @@ class GreedyTest(unittest.TestCase):
         for name, _ in PROMPTS:
             with self.subTest(prompt=name):
                 prompt = self.ids[name]
-                expected, logits, _ = self.numpy.greedy(prompt)
                 ours = run_tessera("--prompt-ids", ",".join(map(str, prompt)),
                                    "--max-tokens", str(MAX_NEW_TOKENS), "--ignore-eos")
                 generated = ours["generated_ids"]
+                expected, logits, _ = self.numpy.greedy(prompt)  # After tessera: ~12 s each.
                 self.assertEqual(len(generated), MAX_NEW_TOKENS, ours)
                 step = next((i for i, (a, b) in enumerate(zip(generated, expected)) if a != b), None)
                 if step is None:

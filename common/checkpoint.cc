@@ -56,7 +56,10 @@ absl::StatusOr<std::unique_ptr<Checkpoint>> Checkpoint::Open(
     return ckpt;
   }
   if (IsGgufFile(model_dir / kGgufLinkName)) {
-    RETURN_IF_ERROR(ckpt->OpenGguf(model_dir / kGgufLinkName));
+    // Through the link to the user's file, so that errors name it.
+    std::error_code ec;
+    const std::filesystem::path target = std::filesystem::canonical(model_dir / kGgufLinkName, ec);
+    RETURN_IF_ERROR(ckpt->OpenGguf(ec ? model_dir / kGgufLinkName : target));
     return ckpt;
   }
   const std::filesystem::path single = model_dir / kSingleFile;

@@ -111,7 +111,15 @@ bool IsGgufFile(const std::filesystem::path& path) {
 }
 
 absl::StatusOr<std::filesystem::path> ResolveModelDir(const std::filesystem::path& path) {
-  if (!IsGgufFile(path)) return path;
+  if (!IsGgufFile(path)) {
+    std::error_code ec;
+    if (std::filesystem::is_regular_file(path, ec)) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          path.string(), " is a file but not a GGUF file (its first bytes are not \"GGUF\"); a model is "
+          "a Hugging Face folder or a .gguf file"));
+    }
+    return path;
+  }
   static std::mutex mu;
   static auto* resolved = new std::map<std::string, std::filesystem::path>();
   std::lock_guard<std::mutex> lock(mu);

@@ -358,7 +358,7 @@ class GgufConvertTest(unittest.TestCase):
                   tessera("run", "--model", truncated, "--prompt-ids", "1", "--max-tokens", "1",
                           "--quiet", env=self.env)):
             self.assert_refused(r)
-            self.assertTrue(any(f'"{name}"' in r.stderr or name in r.stderr for name in past),
+            self.assertTrue(any(f'"{name}"' in r.stderr for name in past),
                             f"no tensor past the cut ({past}) named in:\n{r.stderr}")
             self.assertTrue("truncated" in r.stderr or "past the end" in r.stderr, r.stderr)
         self.assertFalse(os.path.exists(os.path.join(out, "model.safetensors")))
@@ -369,10 +369,11 @@ class GgufConvertTest(unittest.TestCase):
         out = os.path.join(self.tmp, "hf_q5_k")
         r = tessera("convert-gguf", path, "--out", out, env=self.env)
         self.assert_refused(r, "blk.1.ffn_up.weight", "Q5_K")
-        self.assertFalse(os.path.exists(os.path.join(out, "model.safetensors")))
+        self.assertFalse(os.path.exists(out), "a refused conversion writes nothing")
         r = tessera("run", "--model", path, "--prompt-ids", "1", "--max-tokens", "1", "--quiet",
                     env=self.env)
         self.assert_refused(r, "Q5_K")
+        self.assertIn(path, r.stderr, "the error names the user's file, not the cache's link to it")
 
     def test_non_gguf_files_are_refused(self):
         cases = {
@@ -390,6 +391,11 @@ class GgufConvertTest(unittest.TestCase):
                 r = tessera("convert-gguf", path, "--out", os.path.join(self.tmp, "hf_" + name), env=self.env)
                 self.assert_refused(r)
                 self.assertIn(name, r.stderr)
+                # Served, the file is not mistaken for a folder.
+                r = tessera("run", "--model", path, "--prompt-ids", "1", "--max-tokens", "1", "--quiet",
+                            env=self.env)
+                self.assert_refused(r, name)
+                self.assertNotIn("tokenizer.json", r.stderr)
         r = tessera("convert-gguf", os.path.join(self.tmp, "missing.gguf"), "--out",
                     os.path.join(self.tmp, "hf_missing"), env=self.env)
         self.assert_refused(r, "missing.gguf")

@@ -27,6 +27,14 @@ absl::Status ConvertGguf(const std::filesystem::path& gguf_file, const std::file
   // Checkpoint reads the same file under the Hugging Face names (q/k permutation undone).
   ASSIGN_OR_RETURN(std::unique_ptr<Checkpoint> checkpoint, Checkpoint::Open(gguf_file));
 
+  // Every tensor must be readable before anything is written.
+  for (const std::string& name : checkpoint->TensorNames()) {
+    if (const GgufTensorRef* ref = checkpoint->Gguf(name); !GgmlDequantizable(ref->tensor->type)) {
+      return absl::UnimplementedError(absl::StrCat(
+          gguf_file.string(), ": tensor \"", ref->tensor->name, "\" is ", GgmlTypeName(ref->tensor->type),
+          ", which Tessera does not read (F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q4_K and Q6_K)"));
+    }
+  }
   std::error_code ec;
   std::filesystem::create_directories(out_dir, ec);
   if (ec) return absl::PermissionDeniedError(absl::StrCat("cannot create ", out_dir.string(), ": ", ec.message()));
@@ -39,11 +47,6 @@ absl::Status ConvertGguf(const std::filesystem::path& gguf_file, const std::file
   const Checkpoint* source = checkpoint.get();
   for (const std::string& name : checkpoint->TensorNames()) {
     ASSIGN_OR_RETURN(const TensorInfo* info, checkpoint->Info(name));
-    if (const GgufTensorRef* ref = checkpoint->Gguf(name); !GgmlDequantizable(ref->tensor->type)) {
-      return absl::UnimplementedError(absl::StrCat(
-          gguf_file.string(), ": tensor \"", ref->tensor->name, "\" is ", GgmlTypeName(ref->tensor->type),
-          ", which Tessera does not read (F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q4_K and Q6_K)"));
-    }
     const std::vector<int64_t> shape = info->shape;
     const int64_t cols = shape.back();
     const int64_t rows = shape.size() == 2 ? shape[0] : 1;

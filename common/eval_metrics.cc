@@ -1,5 +1,6 @@
 #include "common/eval_metrics.h"
 
+#include <algorithm>
 #include <cmath>
 #include <limits>
 
@@ -58,6 +59,47 @@ absl::StatusOr<AgreementMetrics> CompareScores(
   m.candidate_perplexity = std::exp(cand_nll / n);
   m.ppl_increase = m.candidate_perplexity / m.baseline_perplexity - 1.0;
   return m;
+}
+
+void LogSoftmax(absl::Span<const float> logits, absl::Span<float> out) {
+  double max_logit = -std::numeric_limits<double>::infinity();
+  for (float v : logits) max_logit = std::max(max_logit, static_cast<double>(v));
+  double sum = 0.0;
+  for (float v : logits) sum += std::exp(static_cast<double>(v) - max_logit);
+  const double log_z = max_logit + std::log(sum);
+  for (size_t i = 0; i < logits.size(); ++i) out[i] = static_cast<float>(static_cast<double>(logits[i]) - log_z);
+}
+
+double KlDivergence(absl::Span<const float> base_log_probs, absl::Span<const float> candidate_logits) {
+  double max_logit = -std::numeric_limits<double>::infinity();
+  for (float v : candidate_logits) max_logit = std::max(max_logit, static_cast<double>(v));
+  double sum = 0.0;
+  for (float v : candidate_logits) sum += std::exp(static_cast<double>(v) - max_logit);
+  const double log_z = max_logit + std::log(sum);
+  double kl = 0.0;
+  for (size_t i = 0; i < base_log_probs.size(); ++i) {
+    const double lp = base_log_probs[i];
+    kl += std::exp(lp) * (lp - (static_cast<double>(candidate_logits[i]) - log_z));
+  }
+  return std::max(kl, 0.0);  // Rounding can leave -1e-17 for identical rows.
+}
+
+DivergenceSummary SummarizeDivergences(std::vector<double> klds) {
+  DivergenceSummary s;
+  if (klds.empty()) return s;
+  std::sort(klds.begin(), klds.end());
+  double sum = 0.0;
+  for (double k : klds) sum += k;
+  const auto at = [&](double q) {
+    // Nearest rank, as a percentile of n sorted values.
+    const size_t rank = static_cast<size_t>(std::ceil(q * static_cast<double>(klds.size())));
+    return klds[std::min(klds.size() - 1, rank == 0 ? 0 : rank - 1)];
+  };
+  s.mean = sum / static_cast<double>(klds.size());
+  s.median = at(0.5);
+  s.p99 = at(0.99);
+  s.max = klds.back();
+  return s;
 }
 
 }  // namespace tessera

@@ -22,9 +22,22 @@ std::vector<Window> MakeWindows(size_t num_tokens, size_t context, size_t max_po
   return windows;
 }
 
+std::vector<Window> MakeLlamaCppChunks(size_t num_tokens, size_t context, size_t max_positions) {
+  std::vector<Window> windows;
+  if (context < 4) return windows;
+  size_t scored = 0;
+  for (size_t begin = 0; begin + context <= num_tokens; begin += context) {
+    if (max_positions > 0 && scored >= max_positions) break;
+    Window w{begin, context, context / 2};
+    scored += w.length - 1 - w.first_scored;
+    windows.push_back(w);
+  }
+  return windows;
+}
+
 size_t ScoredPositions(absl::Span<const Window> windows) {
   size_t n = 0;
-  for (const Window& w : windows) n += w.length - 1;
+  for (const Window& w : windows) n += w.length - 1 - w.first_scored;
   return n;
 }
 
@@ -52,20 +65,33 @@ double MaxAbsDiff(absl::Span<const float> a, absl::Span<const float> b) {
   return worst;
 }
 
-Thresholds DefaultThresholds(std::string_view weight_format) {
-  if (weight_format == "gptq" || weight_format == "awq" || weight_format == "int4") {
-    return {0.95, 0.06};
+Thresholds DefaultThresholds(std::string_view weight_format, std::string_view kv_cache_dtype) {
+  Thresholds t;
+  if (weight_format == "int8") {
+    t.max_mean_kld = 1.5 * kPeerQ8_0MeanKld;
+  } else if (weight_format == "fp8") {
+    t.max_mean_kld = kPeerQ4KMMeanKld;
+  } else if (weight_format == "gptq" || weight_format == "awq" || weight_format == "int4") {
+    t.max_mean_kld = 2 * kPeerQ4KMMeanKld;
+  } else {
+    t.max_mean_kld = 1e-3;  // A float candidate, or a GGUF file's own codes.
   }
-  return {0.99, 0.02};
+  if (kv_cache_dtype == "fp8") t.max_mean_kld += kPeerQ4KMMeanKld;
+  if (kv_cache_dtype == "bf16") t.max_mean_kld += 1.5 * kPeerQ8_0MeanKld;
+  return t;
 }
 
 std::vector<std::string> ThresholdFailures(const AgreementMetrics& m, const Thresholds& t) {
   std::vector<std::string> failures;
-  if (m.top1_agreement < t.min_top1) {
+  if (m.kld.mean > t.max_mean_kld) {
+    failures.push_back(absl::StrFormat("mean KL divergence %.5f is above --max-mean-kld %.5f (p99 %.4f)",
+                                       m.kld.mean, t.max_mean_kld, m.kld.p99));
+  }
+  if (t.min_top1 >= 0 && m.top1_agreement < t.min_top1) {
     failures.push_back(absl::StrFormat("top-1 agreement %.4f is below --min-top1 %.4f",
                                        m.top1_agreement, t.min_top1));
   }
-  if (m.ppl_increase > t.max_ppl_increase) {
+  if (t.max_ppl_increase >= 0 && m.ppl_increase > t.max_ppl_increase) {
     failures.push_back(absl::StrFormat(
         "perplexity rose %.2f%% (%.4f -> %.4f), above --max-ppl-increase %.2f%%",
         100 * m.ppl_increase, m.baseline_perplexity, m.candidate_perplexity,

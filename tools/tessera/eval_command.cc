@@ -1,5 +1,6 @@
 // `tessera eval`: the quality gate. Runs a baseline and a candidate model teacher-forced
-// over a text file and compares next-token choices (top-1 agreement) and perplexity.
+// over a text file and compares their next-token distributions (KL divergence, as
+// llama.cpp's llama-perplexity --kl-divergence), top-1 agreement and perplexity.
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -16,6 +17,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "common/file_util.h"
+#include "common/gguf_model_dir.h"
 #include "common/flag_set.h"
 #include "common/model_config.h"
 #include "common/progress_line.h"
@@ -47,11 +49,14 @@ struct EvalFlags {
   std::string kv_cache_dtype = "auto";
   int64_t context = 256;
   int64_t max_tokens = 0;
-  // Negative: the default for the candidate's weight format (eval::DefaultThresholds).
+  // Negative: the default for the candidate's formats (eval::DefaultThresholds).
+  double max_mean_kld = -1;
+  // Negative: reported, not gated.
   double min_top1 = -1;
   double max_ppl_increase = -1;
   std::string output;
   int64_t threads = 0;
+  bool llama_cpp_chunks = false;
 };
 
 int Fail(absl::string_view message) {
@@ -96,11 +101,54 @@ struct ModelRun {
   std::vector<float> first_window_logits;
 };
 
+// The baseline's log-probabilities of every scored position, one float row of the
+// vocabulary each, in an anonymous temporary file (positions x vocabulary x 4 bytes: the
+// baseline and the candidate never share memory): written by the baseline's run, read back
+// in the same order by the candidate's, which turns each row into a KL divergence.
+class BaselineLogProbs {
+ public:
+  BaselineLogProbs() : file_(std::tmpfile()) {}
+  ~BaselineLogProbs() {
+    if (file_ != nullptr) std::fclose(file_);
+  }
+  absl::Status Write(absl::Span<const float> logits, size_t rows, size_t vocab) {
+    row_.resize(vocab);
+    for (size_t r = 0; r < rows; ++r) {
+      LogSoftmax(logits.subspan(r * vocab, vocab), absl::MakeSpan(row_));
+      if (file_ == nullptr || std::fwrite(row_.data(), sizeof(float), vocab, file_) != vocab) {
+        return absl::ResourceExhaustedError(
+            "cannot write the baseline's log-probabilities to a temporary file (TMPDIR full?)");
+      }
+    }
+    return absl::OkStatus();
+  }
+  absl::Status Compare(absl::Span<const float> logits, size_t rows, size_t vocab, std::vector<double>* klds) {
+    if (!reading_) {
+      std::rewind(file_);
+      reading_ = true;
+    }
+    row_.resize(vocab);
+    for (size_t r = 0; r < rows; ++r) {
+      if (std::fread(row_.data(), sizeof(float), vocab, file_) != vocab) {
+        return absl::InternalError("the baseline's log-probabilities end early");
+      }
+      klds->push_back(KlDivergence(row_, logits.subspan(r * vocab, vocab)));
+    }
+    return absl::OkStatus();
+  }
+
+ private:
+  std::FILE* file_;
+  std::vector<float> row_;
+  bool reading_ = false;
+};
+
 absl::StatusOr<ModelRun> RunTeacherForced(const std::filesystem::path& dir,
                                           const ModelLoadOptions& options, int threads,
                                           const std::vector<int32_t>& ids,
                                           const std::vector<eval::Window>& windows,
-                                          const std::string& label) {
+                                          const std::string& label, BaselineLogProbs* log_probs,
+                                          std::vector<double>* klds) {
   auto backend = kernels::MakeCpuBackend(threads);
   SingleRankCommunicator comm;
   auto model = LlamaModel::Load(dir, backend.get(), &comm, nullptr, options);
@@ -129,9 +177,16 @@ absl::StatusOr<ModelRun> RunTeacherForced(const std::filesystem::path& dir,
     StepBatch batch;
     batch.max_blocks_per_seq = blocks;
     batch.AddSequence(tokens, table, 0, static_cast<int>(w.length), block_size, false);
-    for (size_t r = 0; r + 1 < w.length; ++r) batch.logits_rows.push_back(static_cast<int32_t>(r));
+    for (size_t r = w.first_scored; r + 1 < w.length; ++r) batch.logits_rows.push_back(static_cast<int32_t>(r));
     if (absl::Status s = (*model)->Forward(batch, cache->get(), &logits); !s.ok()) return s;
-    if (absl::Status s = eval::ScoreRows(logits, vocab, tokens.subspan(1), &run.scores); !s.ok()) {
+    if (absl::Status s = eval::ScoreRows(logits, vocab, tokens.subspan(w.first_scored + 1), &run.scores);
+        !s.ok()) {
+      return s;
+    }
+    const size_t rows = w.length - 1 - w.first_scored;
+    if (absl::Status s = klds == nullptr ? log_probs->Write(logits, rows, vocab)
+                                         : log_probs->Compare(logits, rows, vocab, klds);
+        !s.ok()) {
       return s;
     }
     if (i == 0) run.first_window_logits = logits;
@@ -162,8 +217,12 @@ int EvalMain(int argc, char** argv) {
   FlagSet flags("tessera eval",
                 "The quality gate: runs --baseline and then --model (the candidate, with its\n"
                 "--quantization and --kv-cache-dtype) teacher-forced over a UTF-8 text file on the\n"
-                "CPU, and compares top-1 next-token agreement and perplexity. Prints a JSON report.\n"
-                "Exit codes: 0 both thresholds pass, 1 a threshold fails, 2 usage, load or data error.");
+                "CPU, and compares their next-token distributions: the KL divergence of the\n"
+                "candidate's from the baseline's (mean, median, p99, max: what llama.cpp's\n"
+                "llama-perplexity --kl-divergence reports), top-1 agreement and perplexity. Prints a\n"
+                "JSON report. The baseline's log-probabilities wait in a temporary file (positions x\n"
+                "vocabulary x 4 bytes). Either model may be a .gguf file.\n"
+                "Exit codes: 0 the gate passes, 1 a threshold fails, 2 usage, load or data error.");
   flags.String("model", &f.model, "Candidate model folder.");
   flags.String("baseline", &f.baseline, "Baseline model folder (run with its own dtypes).");
   flags.String("dataset", &f.dataset, "Plain UTF-8 text file to score.");
@@ -171,12 +230,20 @@ int EvalMain(int argc, char** argv) {
   flags.String("kv-cache-dtype", &f.kv_cache_dtype, "Candidate KV-cache element type: auto, bf16, fp8 or fp32.");
   flags.Int("context", &f.context, "Tokens per window (clamped to the models' max context).");
   flags.Int("max-tokens", &f.max_tokens, "Positions scored at most (0: the whole dataset).");
+  flags.Float("max-mean-kld", &f.max_mean_kld,
+              "Largest mean KL divergence (nats) that passes (negative: from llama.cpp's formats on "
+              "SmolLM2: int8 0.0075 = 1.5 x Q8_0, fp8 0.077 = Q4_K_M, GPTQ/AWQ 0.154 = 2 x Q4_K_M, "
+              "a GGUF file's own types or a float candidate 0.001; plus 0.077 for an fp8 and "
+              "0.0075 for a bf16 KV cache).");
   flags.Float("min-top1", &f.min_top1,
-              "Least top-1 agreement that passes, in [0, 1] (negative: 0.99, or 0.95 for a "
-              "4-bit GPTQ/AWQ candidate).");
+              "Least top-1 agreement that passes, in [0, 1] (negative: reported, not gated).");
   flags.Float("max-ppl-increase", &f.max_ppl_increase,
-              "Largest relative perplexity increase that passes, 0.02 = 2 % (negative: 0.02, "
-              "or 0.06 for a 4-bit GPTQ/AWQ candidate).");
+              "Largest relative perplexity increase that passes, 0.02 = 2 % (negative: reported, "
+              "not gated).");
+  flags.Bool("llama-cpp-chunks", &f.llama_cpp_chunks,
+             "Score as llama-perplexity does: non-overlapping windows of --context tokens, each scoring its "
+             "second half only, so the figures compare with its --kl-divergence on the same tokens. "
+             "Default: overlapping windows that score every token once.");
   flags.String("output", &f.output, "Also write the JSON report to this file.");
   flags.Int("threads", &f.threads, "CPU threads (0: one per core).");
   if (absl::Status s = flags.Parse(argc, argv); !s.ok()) return Fail(s.message());
@@ -222,21 +289,40 @@ int EvalMain(int argc, char** argv) {
   const int64_t context = std::min<int64_t>(
       {f.context, candidate_config->max_position_embeddings, baseline_config->max_position_embeddings});
   const std::vector<eval::Window> windows =
-      eval::MakeWindows(ids->size(), static_cast<size_t>(context), static_cast<size_t>(f.max_tokens));
+      f.llama_cpp_chunks
+          ? eval::MakeLlamaCppChunks(ids->size(), static_cast<size_t>(context), static_cast<size_t>(f.max_tokens))
+          : eval::MakeWindows(ids->size(), static_cast<size_t>(context), static_cast<size_t>(f.max_tokens));
+  if (windows.empty()) {
+    return Fail(absl::StrCat(f.dataset, " has ", ids->size(), " tokens: too few for one window of ", context));
+  }
   const int threads = static_cast<int>(f.threads);
 
   // The baseline first, keeping only its per-position scores; its weights are freed
   // before the candidate loads, so peak memory is one model.
-  auto baseline = RunTeacherForced(f.baseline, ModelLoadOptions{}, threads, *ids, windows, "baseline");
+  BaselineLogProbs log_probs;
+  auto baseline = RunTeacherForced(f.baseline, ModelLoadOptions{}, threads, *ids, windows, "baseline",
+                                   &log_probs, nullptr);
   if (!baseline.ok()) return Fail(baseline.status().message());
-  auto candidate = RunTeacherForced(f.model, candidate_options, threads, *ids, windows, "candidate");
+  std::vector<double> klds;
+  auto candidate = RunTeacherForced(f.model, candidate_options, threads, *ids, windows, "candidate",
+                                    &log_probs, &klds);
   if (!candidate.ok()) return Fail(candidate.status().message());
 
   auto comparison = CompareScores(baseline->scores, candidate->scores);
   if (!comparison.ok()) return Fail(comparison.status().message());
+  comparison->kld = SummarizeDivergences(klds);
+  // A GGUF file is served with its own types: "gguf" unless quantized again at load.
   const std::string weight_format =
-      checkpoint_quantization->empty() ? f.quantization : *checkpoint_quantization;
-  eval::Thresholds thresholds = eval::DefaultThresholds(weight_format);
+      !checkpoint_quantization->empty() ? *checkpoint_quantization
+      : (IsGgufFile(f.model) && candidate_options.quantization == WeightQuantization::kNone)
+          ? "gguf"
+          : f.quantization;
+  // The cache counts against the budget where it differs from the baseline's.
+  const DType candidate_kv = ResolveKvCacheDType(candidate_options.kv_cache_dtype, candidate_config->torch_dtype);
+  const DType baseline_kv = ResolveKvCacheDType(KvCacheDType::kAuto, baseline_config->torch_dtype);
+  const std::string kv_format = candidate_kv == baseline_kv ? "auto" : std::string(KvCacheDTypeName(candidate_kv));
+  eval::Thresholds thresholds = eval::DefaultThresholds(weight_format, kv_format);
+  if (f.max_mean_kld >= 0) thresholds.max_mean_kld = f.max_mean_kld;
   if (f.min_top1 >= 0) thresholds.min_top1 = f.min_top1;
   if (f.max_ppl_increase >= 0) thresholds.max_ppl_increase = f.max_ppl_increase;
   const std::vector<std::string> failures = eval::ThresholdFailures(*comparison, thresholds);
@@ -257,18 +343,25 @@ int EvalMain(int argc, char** argv) {
       {"baseline_kv_cache_dtype", std::string(KvCacheDTypeName(ResolveKvCacheDType(
                                       KvCacheDType::kAuto, baseline_config->torch_dtype)))},
       {"context", context},
-      {"max_tokens", f.max_tokens}};
+      {"max_tokens", f.max_tokens},
+      {"llama_cpp_chunks", f.llama_cpp_chunks}};
   report["dataset_tokens"] = ids->size();
   report["tokens_evaluated"] = comparison->positions;
   report["windows"] = windows.size();
+  report["weight_format"] = weight_format;
+  report["kl_divergence"] = {{"mean", comparison->kld.mean},
+                             {"median", comparison->kld.median},
+                             {"p99", comparison->kld.p99},
+                             {"max", comparison->kld.max}};
   report["top1_agreement"] = comparison->top1_agreement;
   report["baseline_perplexity"] = comparison->baseline_perplexity;
   report["candidate_perplexity"] = comparison->candidate_perplexity;
   report["ppl_increase"] = comparison->ppl_increase;
   report["max_abs_logit_diff"] =
       eval::MaxAbsDiff(baseline->first_window_logits, candidate->first_window_logits);
-  report["max_abs_logit_diff_positions"] = windows.empty() ? 0 : windows[0].length - 1;
-  report["thresholds"] = {{"min_top1", thresholds.min_top1},
+  report["max_abs_logit_diff_positions"] = windows[0].length - 1 - windows[0].first_scored;
+  report["thresholds"] = {{"max_mean_kld", thresholds.max_mean_kld},
+                          {"min_top1", thresholds.min_top1},
                           {"max_ppl_increase", thresholds.max_ppl_increase}};
   report["pass"] = failures.empty();
   report["failures"] = failures;
@@ -285,8 +378,9 @@ int EvalMain(int argc, char** argv) {
   }
   for (const std::string& failure : failures) std::fprintf(stderr, "tessera eval: FAIL: %s\n", failure.c_str());
   if (!failures.empty()) return kThresholdFailed;
-  std::fprintf(stderr, "tessera eval: PASS (top-1 %.4f, perplexity %+.2f%%)\n",
-               comparison->top1_agreement, 100 * comparison->ppl_increase);
+  std::fprintf(stderr, "tessera eval: PASS (mean KL divergence %.5f, p99 %.4f, top-1 %.4f, perplexity %+.2f%%)\n",
+               comparison->kld.mean, comparison->kld.p99, comparison->top1_agreement,
+               100 * comparison->ppl_increase);
   return kPass;
 }
 

@@ -79,7 +79,9 @@ double KlDivergence(absl::Span<const float> base_log_probs, absl::Span<const flo
   double kl = 0.0;
   for (size_t i = 0; i < base_log_probs.size(); ++i) {
     const double lp = base_log_probs[i];
-    kl += std::exp(lp) * (lp - (static_cast<double>(candidate_logits[i]) - log_z));
+    // Rounded to float as the baseline's were, so that identical logits give exactly 0.
+    const double lq = static_cast<float>(static_cast<double>(candidate_logits[i]) - log_z);
+    kl += std::exp(lp) * (lp - lq);
   }
   return std::max(kl, 0.0);  // Rounding can leave -1e-17 for identical rows.
 }

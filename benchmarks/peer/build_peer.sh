@@ -7,7 +7,8 @@
 # converter lacks that line (or lacks the converter) still builds: the patch is skipped
 # with a warning, and the converter target too when its source is absent (the MoE run
 # writes its GGUF with benchmarks/peer/hf_to_gguf.py and does not need it). Targets:
-# llama-bench, llama-server, llama-quantize, llama-convert-llama2c-to-ggml (when present);
+# llama-bench, llama-server, llama-quantize, llama-perplexity and llama-tokenize (the quality
+# side by side), llama-convert-llama2c-to-ggml (when present);
 # CPU Release build with native flags (GGML_NATIVE), no CUDA, no curl, no OpenSSL, no
 # web-UI download (the build needs no network).
 # The revision recorded in PEER_BUILD/peer_revision.txt is `git rev-parse HEAD` of PEER_SRC,
@@ -26,7 +27,7 @@ echo "build_peer: copying $src to $out/src"
 rm -rf "$out/src" && mkdir -p "$out/src"
 tar -C "$src" --exclude=./.git --exclude='./models/*.gguf' -cf - . | tar -C "$out/src" -xf -
 conv="$out/src/examples/convert-llama2c-to-ggml/convert-llama2c-to-ggml.cpp"
-targets="llama-bench llama-server llama-quantize"
+targets="llama-bench llama-server llama-quantize llama-perplexity llama-tokenize"
 if [ ! -f "$conv" ]; then
   echo "build_peer: warning: no llama2.c converter in this tree ($conv); not building it" >&2
 elif grep -q 'params.mem_model_gb *= *2;' "$conv"; then

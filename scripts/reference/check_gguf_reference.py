@@ -17,7 +17,9 @@ SmolLM2-135M-Instruct Q4_1, which scripts/setup.sh fetches):
 - config: the converter's config.json against the config transformers builds;
 - logits of every prompt position, numpy_llama against transformers run in float64
   throughout (check_numpy_reference.float64_islands, tolerance 1e-6) and as shipped in
-  float32 (tolerance 1e-4), both as max |diff| / (1 + |transformers|);
+  float32 (tolerance 1e-4), both as max |diff| / (1 + |transformers|); numpy_llama with
+  llama.cpp's q/k permutation left in must differ by more than 1e-3, or the comparison
+  could not see a converter that forgot to undo it;
 - greedy ids: MAX_NEW_TOKENS steps of numpy_llama against the same steps of transformers
   (float64 and float32), full recompute each step, EOS ignored;
 - tokenization: AutoTokenizer.from_pretrained(dir, gguf_file=...) (transformers' GGUF
@@ -331,6 +333,23 @@ def top2_margin(logits):
     return float(np.min(top[..., 1] - top[..., 0]))
 
 
+def permuted_again(reference):
+    """numpy_llama on the weights with llama.cpp's q/k row permutation left in (a broken
+    converter): the comparison must see it, or it could not see the real thing."""
+    import copy
+
+    broken = copy.copy(reference)
+    broken.w = dict(reference.w)
+    c = reference.config
+    for name, w in reference.w.items():
+        for proj, heads in (("q_proj", c["num_attention_heads"]), ("k_proj", c["num_key_value_heads"])):
+            if name.endswith(f"self_attn.{proj}.weight"):
+                # convert_hf_to_gguf's LlamaModel.permute.
+                broken.w[name] = (w.reshape(heads, 2, w.shape[0] // heads // 2, *w.shape[1:])
+                                  .swapaxes(1, 2).reshape(w.shape))
+    return broken
+
+
 def compare_prompt(name, prompt, reference, model32, model64, tokenizer):
     import numpy as np
     import torch
@@ -338,6 +357,7 @@ def compare_prompt(name, prompt, reference, model32, model64, tokenizer):
 
     t0 = time.time()
     ours_logits = reference.forward(prompt)
+    broken_logits = permuted_again(reference).forward(prompt)
     with torch.no_grad():
         hf32 = model32(torch.tensor([prompt])).logits[0].double().numpy()
         with float64_islands(model64, inv_freq=reference.inv_freq):
@@ -359,6 +379,7 @@ def compare_prompt(name, prompt, reference, model32, model64, tokenizer):
         "prompt_tokens": len(prompt),
         "max_rel_diff_prompt_logits_float64": relative_max(ours_logits, hf64),
         "max_rel_diff_prompt_logits_float32": relative_max(ours_logits, hf32),
+        "max_rel_diff_prompt_logits_float64_qk_permutation_left_in": relative_max(broken_logits, hf64),
         "max_abs_logit": float(np.max(np.abs(hf64))),
         "numpy_generated_ids": ours_ids,
         "numpy_generated_text": tokenizer.decode(ours_ids, skip_special_tokens=False),
@@ -371,6 +392,8 @@ def compare_prompt(name, prompt, reference, model32, model64, tokenizer):
         "numpy_seconds_forward_and_greedy": round(numpy_seconds, 1),
     }
     result["pass"] = (result["max_rel_diff_prompt_logits_float64"] <= TOLERANCE and
+                      result["max_rel_diff_prompt_logits_float64_qk_permutation_left_in"] >
+                      1e3 * TOLERANCE and
                       result["max_rel_diff_prompt_logits_float32"] <= TOLERANCE_FLOAT32 and
                       result["transformers_float64_generated_ids_equal"] and
                       result["max_rel_diff_step_logits_float64"] <= TOLERANCE and
@@ -378,7 +401,8 @@ def compare_prompt(name, prompt, reference, model32, model64, tokenizer):
                       result["transformers_float32_generated_ids_equal"])
     print(f"{name:12s} prompt {len(prompt):3d} tokens: logits rel diff float64 "
           f"{result['max_rel_diff_prompt_logits_float64']:.2e}, float32 "
-          f"{result['max_rel_diff_prompt_logits_float32']:.2e}; greedy {MAX_NEW_TOKENS} equal: "
+          f"{result['max_rel_diff_prompt_logits_float32']:.2e} (q/k permutation left in "
+          f"{result['max_rel_diff_prompt_logits_float64_qk_permutation_left_in']:.2e}); greedy {MAX_NEW_TOKENS} equal: "
           f"float64 {ours_ids == ids64}, float32 {ours_ids == ids32}; min margin "
           f"{result['numpy_min_top2_logit_margin']:.3f}" + ("" if result["pass"] else "  FAIL"),
           flush=True)
@@ -446,6 +470,7 @@ def main(argv=None):
     if not os.path.exists(args.gguf):
         sys.exit(f"{args.gguf} not found (scripts/setup.sh fetches it; or pass --gguf)")
     ensure_venv(args.venv)
+    os.environ.setdefault("TQDM_DISABLE", "1")  # transformers' GGUF progress bars.
 
     import gguf
     import numpy as np

@@ -59,5 +59,34 @@ TEST(CompareScoresTest, RejectsMismatchedOrEmpty) {
   EXPECT_FALSE(CompareScores({}, {}).ok());
 }
 
+TEST(KlDivergenceTest, ZeroForTheSameDistributionAndTheClosedFormOtherwise) {
+  const std::vector<float> base = {1.0f, 3.0f, -2.0f};
+  std::vector<float> log_probs(3);
+  LogSoftmax(base, absl::MakeSpan(log_probs));
+  double total = 0;
+  for (float lp : log_probs) total += std::exp(double{lp});
+  EXPECT_NEAR(total, 1.0, 1e-6);
+  EXPECT_EQ(KlDivergence(log_probs, base), 0.0);  // Exactly: an identical candidate scores 0.
+  // A shift of every logit is the same distribution.
+  EXPECT_NEAR(KlDivergence(log_probs, std::vector<float>{11.0f, 13.0f, 8.0f}), 0.0, 1e-6);
+  // Two tokens: P = (0.5, 0.5), Q = softmax(0, ln 3) = (0.25, 0.75).
+  std::vector<float> half(2);
+  LogSoftmax(std::vector<float>{0.0f, 0.0f}, absl::MakeSpan(half));
+  const double expected = 0.5 * std::log(0.5 / 0.25) + 0.5 * std::log(0.5 / 0.75);
+  EXPECT_NEAR(KlDivergence(half, std::vector<float>{0.0f, std::log(3.0f)}), expected, 1e-6);
+}
+
+TEST(KlDivergenceTest, SummaryPercentilesByNearestRank) {
+  std::vector<double> klds;
+  for (int i = 1; i <= 200; ++i) klds.push_back(i);  // Shuffled order must not matter.
+  std::swap(klds[0], klds[150]);
+  const DivergenceSummary s = SummarizeDivergences(klds);
+  EXPECT_DOUBLE_EQ(s.mean, 100.5);
+  EXPECT_DOUBLE_EQ(s.median, 100);
+  EXPECT_DOUBLE_EQ(s.p99, 198);
+  EXPECT_DOUBLE_EQ(s.max, 200);
+  EXPECT_DOUBLE_EQ(SummarizeDivergences({}).mean, 0.0);
+}
+
 }  // namespace
 }  // namespace tessera

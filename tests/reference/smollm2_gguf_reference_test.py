@@ -113,9 +113,11 @@ def _run_reference_tokenizer():
         with open(request, "w", encoding="utf-8") as f:
             json.dump({"texts": texts, "chats": chats}, f)
         out = os.path.join(tmp, "reference.json")
-        subprocess.run([TOKENIZER_PYTHON, os.path.join(HERE, "gguf_tokenizer_reference.py"),
-                        "--gguf", GGUF, "--request", request, "--out", out],
-                       check=True, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+        result = subprocess.run([TOKENIZER_PYTHON, os.path.join(HERE, "gguf_tokenizer_reference.py"),
+                                 "--gguf", GGUF, "--request", request, "--out", out],
+                                capture_output=True, text=True)
+        if result.returncode != 0:
+            raise AssertionError(f"gguf_tokenizer_reference.py failed: {result.stderr.strip()}")
         with open(out, encoding="utf-8") as f:
             return json.load(f)
 

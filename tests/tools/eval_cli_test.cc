@@ -1,6 +1,8 @@
 // `tessera eval` end to end on stories260K: a model against itself passes, a cache
 // rounding that keeps the choices passes, a noisy copy fails the gate, bad data is a
-// usage error. Exit codes: 0 pass, 1 threshold failed, 2 usage/load/data error.
+// usage error. On SmolLM2 (a real trained model): int8 weights keep within their gate from
+// llama.cpp's Q8_0, and a GGUF file served with its own types stays within 1e-3 of the same
+// file dequantized. Exit codes: 0 pass, 1 threshold failed, 2 usage/load/data error.
 #include <cmath>
 #include <filesystem>
 #include <fstream>
@@ -74,12 +76,14 @@ TEST(EvalCliTest, ModelAgainstItselfPassesWithEqualPerplexities) {
   ASSERT_EQ(r.exit_code, 0) << r.output;
   const auto report = nlohmann::json::parse(r.output);
   for (const char* field : {"model", "baseline", "dataset", "options", "tokens_evaluated", "windows",
-                            "top1_agreement", "baseline_perplexity", "candidate_perplexity",
+                            "kl_divergence", "weight_format", "top1_agreement", "baseline_perplexity", "candidate_perplexity",
                             "ppl_increase", "max_abs_logit_diff", "thresholds", "pass",
                             "wall_seconds", "threads", "cpu", "date"}) {
     EXPECT_TRUE(report.contains(field)) << field;
   }
   EXPECT_EQ(report["top1_agreement"].get<double>(), 1.0);
+  EXPECT_EQ(report["kl_divergence"]["mean"].get<double>(), 0.0);
+  EXPECT_EQ(report["kl_divergence"]["max"].get<double>(), 0.0);
   EXPECT_EQ(report["baseline_perplexity"].get<double>(), report["candidate_perplexity"].get<double>());
   EXPECT_EQ(report["ppl_increase"].get<double>(), 0.0);
   EXPECT_EQ(report["max_abs_logit_diff"].get<double>(), 0.0);
@@ -110,11 +114,60 @@ TEST(EvalCliTest, NoisyWeightsFailTheGate) {
   const std::filesystem::path noisy = WriteNoisyCopy(testing::ScratchDir("noisy"), 0.05);
   const auto r = Eval(StoriesArgs(noisy.string()), /*merge_stderr=*/true);
   EXPECT_EQ(r.exit_code, 1) << r.output;
-  // Noise of 5 % of each tensor's RMS measured top-1 0.836 and perplexity +8.4 %: both
-  // thresholds fail and are named.
-  EXPECT_NE(r.output.find("FAIL: top-1 agreement"), std::string::npos) << r.output;
-  EXPECT_NE(r.output.find("FAIL: perplexity rose"), std::string::npos) << r.output;
+  // Noise of 5 % of each tensor's RMS measured top-1 0.836 and perplexity +8.4 %: far over
+  // the KL divergence a float candidate may have.
+  EXPECT_NE(r.output.find("FAIL: mean KL divergence"), std::string::npos) << r.output;
   EXPECT_NE(r.output.find("\"pass\": false"), std::string::npos) << r.output;
+  // Top-1 and perplexity gate when asked to, and are named.
+  const auto gated = Eval(StoriesArgs(WriteNoisyCopy(testing::ScratchDir("noisy2"), 0.05).string()) +
+                              " --max-mean-kld 10 --min-top1 0.99 --max-ppl-increase 0.02",
+                          /*merge_stderr=*/true);
+  EXPECT_EQ(gated.exit_code, 1) << gated.output;
+  EXPECT_EQ(gated.output.find("FAIL: mean KL divergence"), std::string::npos) << gated.output;
+  EXPECT_NE(gated.output.find("FAIL: top-1 agreement"), std::string::npos) << gated.output;
+  EXPECT_NE(gated.output.find("FAIL: perplexity rose"), std::string::npos) << gated.output;
+}
+
+// SmolLM2 over Debian's Apache-2.0 text, as the quality side by side scores (llama.cpp's
+// chunks), but short: 3 chunks of 256.
+std::string SmolLm2Args(const std::string& baseline, const std::string& candidate) {
+  return "--baseline " + baseline + " --model " + candidate +
+         " --dataset /usr/share/common-licenses/Apache-2.0 --context 256 --llama-cpp-chunks --max-tokens 384";
+}
+
+std::filesystem::path DequantizedSmolLm2() {
+  static const std::filesystem::path dir = [] {
+    const std::filesystem::path out = testing::ScratchDir("smollm2-f32") / "model";
+    const auto r = testing::RunCommand(testing::TesseraBinary() + " convert-gguf " +
+                                       testing::SmolLm2Gguf().string() + " --out " + out.string());
+    EXPECT_EQ(r.exit_code, 0);
+    return out;
+  }();
+  return dir;
+}
+
+TEST(EvalCliTest, SmolLm2Int8WeightsKeepWithinTheirGateFromLlamaCppQ8_0) {
+  TESSERA_REQUIRE_SMOLLM2();
+  const std::string f32 = DequantizedSmolLm2().string();
+  const auto r = Eval(SmolLm2Args(f32, f32) + " --quantization int8");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  const auto report = nlohmann::json::parse(r.output);
+  EXPECT_EQ(report["weight_format"], "int8");
+  EXPECT_DOUBLE_EQ(report["thresholds"]["max_mean_kld"].get<double>(), 0.0075);  // 1.5 x Q8_0's 0.0050.
+  EXPECT_GT(report["kl_divergence"]["mean"].get<double>(), 0.0);  // Really rounded.
+  EXPECT_GE(report["kl_divergence"]["p99"].get<double>(), report["kl_divergence"]["median"].get<double>());
+  EXPECT_EQ(report["tokens_evaluated"].get<int>(), 381);  // 3 chunks x 127 scored positions.
+}
+
+TEST(EvalCliTest, SmolLm2GgufServedNativelyMatchesTheFileDequantized) {
+  TESSERA_REQUIRE_SMOLLM2();
+  const auto r = Eval(SmolLm2Args(DequantizedSmolLm2().string(), testing::SmolLm2Gguf().string()));
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  const auto report = nlohmann::json::parse(r.output);
+  EXPECT_EQ(report["weight_format"], "gguf");
+  EXPECT_DOUBLE_EQ(report["thresholds"]["max_mean_kld"].get<double>(), 1e-3);
+  EXPECT_LT(report["kl_divergence"]["max"].get<double>(), 1e-4);  // Measured 3e-6: float rounding only.
+  EXPECT_EQ(report["top1_agreement"].get<double>(), 1.0);
 }
 
 TEST(EvalCliTest, MissingDatasetIsAUsageError) {
@@ -154,6 +207,8 @@ TEST(EvalCliTest, MissingFlagsAndHelp) {
   const auto help = Eval("--help");
   EXPECT_EQ(help.exit_code, 0);
   EXPECT_NE(help.output.find("--max-ppl-increase"), std::string::npos) << help.output;
+  EXPECT_NE(help.output.find("--max-mean-kld"), std::string::npos) << help.output;
+  EXPECT_NE(help.output.find("--llama-cpp-chunks"), std::string::npos) << help.output;
   const auto r = Eval("--dataset x.txt", true);
   EXPECT_EQ(r.exit_code, 2) << r.output;
   EXPECT_NE(r.output.find("--model is required"), std::string::npos) << r.output;

@@ -51,18 +51,32 @@ TEST(EvalGateTest, ScoreRowsKeepsArgmaxAndNll) {
 
 TEST(EvalGateTest, ThresholdFailuresNameEachMissedThreshold) {
   AgreementMetrics c;
-  c.top1_agreement = 0.995;
-  c.baseline_perplexity = 4.0;
-  c.candidate_perplexity = 4.04;
-  c.ppl_increase = 0.01;
-  EXPECT_TRUE(ThresholdFailures(c, Thresholds{}).empty());
+  c.kld.mean = 0.0005;
   c.top1_agreement = 0.98;
+  c.baseline_perplexity = 4.0;
+  c.candidate_perplexity = 4.12;
   c.ppl_increase = 0.03;
-  const std::vector<std::string> failures = ThresholdFailures(c, Thresholds{});
-  ASSERT_EQ(failures.size(), 2u);
-  EXPECT_NE(failures[0].find("top-1"), std::string::npos);
-  EXPECT_NE(failures[1].find("perplexity"), std::string::npos);
-  EXPECT_TRUE(ThresholdFailures(c, Thresholds{0.9, 0.05}).empty());
+  // By default only the mean KL divergence gates.
+  EXPECT_TRUE(ThresholdFailures(c, Thresholds{}).empty());
+  c.kld.mean = 0.002;
+  const std::vector<std::string> failures = ThresholdFailures(c, Thresholds{1e-3, 0.99, 0.02});
+  ASSERT_EQ(failures.size(), 3u);
+  EXPECT_NE(failures[0].find("mean KL divergence 0.00200 is above --max-mean-kld 0.00100"), std::string::npos)
+      << failures[0];
+  EXPECT_NE(failures[1].find("top-1"), std::string::npos);
+  EXPECT_NE(failures[2].find("perplexity"), std::string::npos);
+  EXPECT_TRUE(ThresholdFailures(c, Thresholds{0.01, 0.9, 0.05}).empty());
+}
+
+TEST(EvalGateTest, LlamaCppChunksScoreTheSecondHalfOfWholeChunks) {
+  const std::vector<Window> w = MakeLlamaCppChunks(1100, 512, 0);
+  ASSERT_EQ(w.size(), 2u);  // The 76-token tail is dropped, as llama-perplexity drops it.
+  EXPECT_EQ(w[1].begin, 512u);
+  EXPECT_EQ(w[1].first_scored, 256u);
+  EXPECT_EQ(ScoredPositions(w), 2u * 255u);
+  EXPECT_EQ(MakeLlamaCppChunks(1100, 512, 300).size(), 1u);
+  EXPECT_TRUE(MakeLlamaCppChunks(1100, 512, 100).empty());  // Not even one whole chunk.
+  EXPECT_TRUE(MakeLlamaCppChunks(500, 512, 0).empty());
 }
 
 TEST(EvalGateTest, MaxAbsDiff) {
@@ -70,15 +84,16 @@ TEST(EvalGateTest, MaxAbsDiff) {
   EXPECT_FLOAT_EQ(MaxAbsDiff(std::vector<float>{1, -2, 3}, std::vector<float>{1, 2, 2.5}), 4.0);
 }
 
-TEST(EvalGateTest, FourBitCandidatesGetTheLooserDefaults) {
-  for (const char* f : {"none", "int8", "fp8"}) {
-    EXPECT_EQ(DefaultThresholds(f).min_top1, 0.99) << f;
-    EXPECT_EQ(DefaultThresholds(f).max_ppl_increase, 0.02) << f;
-  }
-  for (const char* f : {"gptq", "awq"}) {
-    EXPECT_EQ(DefaultThresholds(f).min_top1, 0.95) << f;
-    EXPECT_EQ(DefaultThresholds(f).max_ppl_increase, 0.06) << f;
-  }
+TEST(EvalGateTest, DefaultGatesComeFromLlamaCppsFormats) {
+  EXPECT_DOUBLE_EQ(DefaultThresholds("int8").max_mean_kld, 1.5 * kPeerQ8_0MeanKld);
+  EXPECT_DOUBLE_EQ(DefaultThresholds("fp8").max_mean_kld, kPeerQ4KMMeanKld);
+  for (const char* f : {"gptq", "awq"}) EXPECT_DOUBLE_EQ(DefaultThresholds(f).max_mean_kld, 2 * kPeerQ4KMMeanKld) << f;
+  for (const char* f : {"none", "gguf"}) EXPECT_DOUBLE_EQ(DefaultThresholds(f).max_mean_kld, 1e-3) << f;
+  // A rounded KV cache adds its own budget.
+  EXPECT_DOUBLE_EQ(DefaultThresholds("none", "fp8").max_mean_kld, 1e-3 + kPeerQ4KMMeanKld);
+  EXPECT_DOUBLE_EQ(DefaultThresholds("int8", "bf16").max_mean_kld, 3 * kPeerQ8_0MeanKld);
+  EXPECT_LT(DefaultThresholds("int8").min_top1, 0);  // Reported, not gated.
+  EXPECT_LT(DefaultThresholds("int8").max_ppl_increase, 0);
 }
 
 }  // namespace

@@ -27,8 +27,8 @@ std::vector<Window> MakeLlamaCppChunks(size_t num_tokens, size_t context, size_t
   if (context < 4) return windows;
   size_t scored = 0;
   for (size_t begin = 0; begin + context <= num_tokens; begin += context) {
-    if (max_positions > 0 && scored >= max_positions) break;
     Window w{begin, context, context / 2};
+    if (max_positions > 0 && scored + (w.length - 1 - w.first_scored) > max_positions) break;
     scored += w.length - 1 - w.first_scored;
     windows.push_back(w);
   }

@@ -33,7 +33,8 @@ std::vector<Window> MakeWindows(size_t num_tokens, size_t context, size_t max_po
 // llama.cpp's `llama-perplexity` windows: consecutive, non-overlapping chunks of `context`
 // tokens (a shorter tail is dropped), each scoring only its second half, so that every
 // scored token has at least context / 2 tokens before it. With these the figures compare
-// with its --kl-divergence on the same tokens.
+// with its --kl-divergence on the same tokens. With `max_positions` > 0, only as many
+// whole chunks as score at most that many positions.
 std::vector<Window> MakeLlamaCppChunks(size_t num_tokens, size_t context, size_t max_positions);
 
 // Total positions the windows score.

@@ -15,7 +15,8 @@ Peer: `llama-perplexity --kl-divergence` for Q8_0, Q6_K, Q4_K_M and Q4_0 made by
 inputs do not split into groups of 128; tests/worker/int4_checkpoint.py), the FP8 and BF16
 KV caches, and GGUF files served with their own types (the wheel's Q4_1, and the peer's
 Q8_0, Q4_0 and Q4_K_M files), each against the F32 baseline and, for the GGUF files, also
-against the same file dequantized to F32 (what the kernels add to the format: gate 1e-3).
+against the same file dequantized to F32 (what the kernels add to the format: gate 1e-3). For GPTQ/AWQ it also runs the float32
+weights the 4-bit ones stand for: the format alone, to which the kernels may add 10 %.
 
   quality_side_by_side.py --tessera-bin build/bin --peer-bin PEER/build/bin \
       --gguf ~/.cache/tessera/models/SmolLM2-135M-Instruct.Q4_1.gguf \
@@ -177,7 +178,7 @@ def main():
         if not (int4[method] / "model.safetensors").exists():
             log(f"int4_checkpoint.py {method} g64")
             run([sys.executable, SOURCE / "tests/worker/int4_checkpoint.py", "--src", f32_hf, "--out", int4[method],
-                 "--method", method, "--group-size", "64"])
+                 "--method", method, "--group-size", "64", "--dequant-out", f"{int4[method]}-dequantized"])
     candidates = [
         ("int8", f32_hf, ("--quantization", "int8")),
         ("fp8", f32_hf, ("--quantization", "fp8")),
@@ -203,6 +204,13 @@ def main():
             figures["gate_max_mean_kld"] = figures["vs_own_dequantized"]["gate_max_mean_kld"]
         else:
             figures = tessera_eval(a, work, name, f32_hf, model, extra)
+        if name in ("gptq-g64", "awq-g64"):
+            # The format alone: the float32 weights the 4-bit ones stand for, run in float.
+            # The kernels may add at most 10 % to this.
+            alone = tessera_eval(a, work, name + "-format-alone", f32_hf, f"{model}-dequantized", ("--max-mean-kld", "1e9"))
+            figures["format_alone"] = alone
+            figures["kernel_added"] = figures["mean_kld"] / alone["mean_kld"] - 1 if alone["mean_kld"] > 0 else None
+            figures["within_10pct_of_format"] = figures["kernel_added"] is not None and figures["kernel_added"] <= 0.10
         result["tessera"][name] = figures
         log(f"  mean KLD {figures['mean_kld']:.5f}, same top {figures['same_top1']:.4f}, "
             f"gate {figures['gate_max_mean_kld']}, pass {figures['pass']}")
@@ -229,6 +237,9 @@ def markdown(r):
         lines.append(row("llama.cpp", t, f, ""))
     for name, f in r["tessera"].items():
         gate = f"<= {f['gate_max_mean_kld']:g}: {'pass' if f['pass'] else '**miss**'}"
+        if "format_alone" in f:
+            gate += (f"; the format alone (its float weights): {f['format_alone']['mean_kld']:.5f}, "
+                     f"kernels add {100 * f['kernel_added']:+.1f} %")
         if "vs_own_dequantized" in f:
             gate += f" (vs the file dequantized: {f['vs_own_dequantized']['mean_kld']:.2e})"
         lines.append(row("Tessera", name, f, gate))

@@ -264,7 +264,12 @@ def main():
     a = p.parse_args()
     concurrencies = [int(c) for c in a.concurrency.split(",")]
     global VOCAB_SIZE
-    VOCAB_SIZE = int(json.loads((a.hf_model / "config.json").read_text())["vocab_size"])
+    if a.hf_model.is_file():  # A GGUF file both engines serve (SmolLM2): its embedding's rows.
+        import gguf
+        embed = next(t for t in gguf.GGUFReader(str(a.hf_model)).tensors if t.name == "token_embd.weight")
+        VOCAB_SIZE = int(embed.shape[1])
+    else:
+        VOCAB_SIZE = int(json.loads((a.hf_model / "config.json").read_text())["vocab_size"])
     work = pathlib.Path(tempfile.mkdtemp(prefix="tessera-peer-"))
     rng = random.Random(1)
     git = lambda *args: subprocess.run(["git", *args], capture_output=True, text=True).stdout.strip()

@@ -363,6 +363,9 @@ class ChartShapeTest(unittest.TestCase):
                     if kind != "Pod":
                         mounts = {m["mountPath"] for m in spec["containers"][0]["volumeMounts"]}
                         self.assertIn("/tmp", mounts, "a writable /tmp on a read-only root")
+                        # A .gguf model.path writes its translated documents there, not under $HOME.
+                        env = {e["name"]: e.get("value") for e in spec["containers"][0]["env"]}
+                        self.assertTrue(env.get("TESSERA_CACHE_DIR", "").startswith("/tmp/"), env)
 
     def test_workers_get_a_memory_backed_dev_shm(self):
         objs = objects(VALUE_SETS["gpu_tp8_x2"])

@@ -69,6 +69,9 @@ spec:
           valueFrom:
             fieldRef:
               fieldPath: status.podIP
+        # A .gguf model.path is translated into a few small documents here (see the coordinator).
+        - name: TESSERA_CACHE_DIR
+          value: /tmp/tessera-cache
         {{- if eq $mode "leaderworkerset" }}
         # LWS_WORKER_INDEX (the rank within the group) is injected by the LWS controller.
         - name: GROUP_INDEX

@@ -15,7 +15,9 @@
 #include "common/gguf_file.h"
 #include "common/gguf_hf.h"
 #include "common/gguf_quants.h"
+#include "common/tokenizer/tokenizer.h"
 #include "gtest/gtest.h"
+#include "tests/support/test_model.h"
 #include "nlohmann/json.hpp"
 
 namespace tessera {
@@ -33,6 +35,13 @@ class GgufBuilder {
     Put<uint32_t>(8);
     Put<uint64_t>(v.size());
     for (const std::string& s : v) PutString(&meta_, s);
+    ++kv_;
+  }
+  void F32Array(const std::string& key, const std::vector<float>& v) {
+    Key(key, 9);
+    Put<uint32_t>(6);
+    Put<uint64_t>(v.size());
+    for (float x : v) Put(x);
     ++kv_;
   }
   void I32Array(const std::string& key, const std::vector<int32_t>& v) {
@@ -475,6 +484,73 @@ TEST(GgufHfTest, RefusesWhatItCannotServeByName) {
     EXPECT_EQ(s.code(), absl::StatusCode::kNotFound);
     EXPECT_NE(s.message().find("metadata \"llama.block_count\" is missing"), std::string::npos) << s;
   }
+}
+
+// Loads the tokenizer GgufToHfFiles writes for `image` from a scratch folder.
+std::unique_ptr<Tokenizer> TokenizerOf(const std::string& image) {
+  auto file = ParseString(image);
+  EXPECT_TRUE(file.ok()) << file.status();
+  auto files = GgufToHfFiles(**file);
+  EXPECT_TRUE(files.ok()) << files.status();
+  const std::filesystem::path dir = testing::ScratchDir("tokenizer");
+  std::ofstream(dir / "tokenizer.json") << files->tokenizer_json;
+  std::ofstream(dir / "tokenizer_config.json") << files->tokenizer_config_json;
+  auto tokenizer = Tokenizer::Load(dir);
+  EXPECT_TRUE(tokenizer.ok()) << tokenizer.status();
+  return tokenizer.ok() ? std::move(*tokenizer) : nullptr;
+}
+
+TEST(GgufHfTest, ByteLevelTokenizerEncodesWithTheFilesMergesAndSpecials) {
+  auto tokenizer = TokenizerOf(TinyLlama().Build());
+  ASSERT_NE(tokenizer, nullptr);
+  // "ab" merges; the Digits-free text splits on nothing else; control tokens are matched
+  // whole, and no BOS is added (add_bos_token false).
+  EXPECT_EQ(tokenizer->Encode("abc"), (std::vector<int32_t>{28, 4}));
+  EXPECT_EQ(tokenizer->Encode("<|im_start|>ab<|im_end|>"), (std::vector<int32_t>{0, 28, 1}));
+  EXPECT_TRUE(tokenizer->IsSpecial(1));
+  EXPECT_EQ(tokenizer->Decode({28, 4}), "abc");
+}
+
+TEST(GgufHfTest, SentencePieceTokenizerAddsBosAndFallsBackToBytes) {
+  GgufBuilder b;
+  b.Str("general.architecture", "llama");
+  b.U32("llama.block_count", 1);
+  b.U32("llama.embedding_length", 32);
+  b.U32("llama.feed_forward_length", 64);
+  b.U32("llama.attention.head_count", 2);
+  b.Str("tokenizer.ggml.model", "llama");
+  std::vector<std::string> tokens = {"<unk>", "<s>", "</s>"};
+  std::vector<int32_t> types = {2, 3, 3};
+  for (int byte = 0; byte < 256; ++byte) {
+    char name[8];
+    std::snprintf(name, sizeof(name), "<0x%02X>", byte);
+    tokens.push_back(name);
+    types.push_back(6);
+  }
+  const std::string space = "\xE2\x96\x81";  // "▁"
+  for (const std::string& piece : {space, std::string("h"), std::string("i"), space + "h", space + "hi",
+                                   std::string("[INST]")}) {
+    tokens.push_back(piece);
+    types.push_back(piece == "[INST]" ? 3 : 1);
+  }
+  std::vector<float> scores(tokens.size(), 0.0f);
+  for (size_t i = 259; i < tokens.size(); ++i) scores[i] = -static_cast<float>(i);
+  scores[263] = 10.0f;  // "▁hi" merges first.
+  b.StrArray("tokenizer.ggml.tokens", tokens);
+  b.I32Array("tokenizer.ggml.token_type", types);
+  b.F32Array("tokenizer.ggml.scores", scores);
+  b.U32("tokenizer.ggml.bos_token_id", 1);
+  b.U32("tokenizer.ggml.eos_token_id", 2);
+  b.Tensor("token_embd.weight", GgmlType::kF32, {32, tokens.size()},
+           Floats(std::vector<float>(32 * tokens.size(), 0.0f)));
+  auto tokenizer = TokenizerOf(b.Build());
+  ASSERT_NE(tokenizer, nullptr);
+  const int32_t hi = 263, inst = 264;
+  EXPECT_EQ(tokenizer->Encode("hi"), (std::vector<int32_t>{1, hi}));  // <s> ▁hi
+  // "é" is not a piece: its two UTF-8 bytes fall back to <0xC3> <0xA9>.
+  EXPECT_EQ(tokenizer->Encode("é", /*add_special_tokens=*/false), (std::vector<int32_t>{259, 3 + 0xC3, 3 + 0xA9}));
+  EXPECT_EQ(tokenizer->Encode("[INST]", false), (std::vector<int32_t>{inst}));
+  EXPECT_EQ(tokenizer->Decode({1, hi}), "hi");
 }
 
 TEST(GgufCheckpointTest, ReadsSlicesUnderHuggingFaceNames) {

@@ -244,10 +244,9 @@ absl::Status Checkpoint::ReadGgufSlice(const Location& loc, Range rows, Range co
   const size_t dst_elem = DTypeSize(dst_dtype);
   const int64_t n = cols.size();
   const bool float_type = t.type == GgmlType::kF32 || t.type == GgmlType::kF16 || t.type == GgmlType::kBF16;
-  if (!float_type && !GgmlDequantizable(t.type)) {
-    return absl::UnimplementedError(absl::StrCat(
-        gguf_->source(), ": tensor \"", t.name, "\" (", loc.info->name, ") is ", GgmlTypeName(t.type),
-        ", which Tessera does not read (F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q4_K and Q6_K)"));
+  if (absl::Status readable = GgmlReadable(t.type); !readable.ok()) {
+    return absl::Status(readable.code(), absl::StrCat(gguf_->source(), ": tensor \"", t.name, "\" (",
+                                                      loc.info->name, ") is ", readable.message()));
   }
   const int block = GgmlBlockSize(t.type);
   const int64_t first_block = cols.begin / block;

@@ -4,6 +4,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/dtype.h"
+#include "common/status_macros.h"
 
 namespace tessera {
 namespace {
@@ -46,6 +47,30 @@ void DequantQ4_1(const uint8_t* b, float* y) {
     y[j + 16] = static_cast<float>(b[4 + j] >> 4) * d + m;
   }
 }
+
+// Q5_0 {f16 d; u8 qh[4]; u8 qs[16]}: element j's fifth bit is bit j of qh, element
+// j + 16's is bit j + 16; w = (q - 16) d. Q5_1 {f16 d, m; u8 qh[4]; u8 qs[16]}: w = q d + m.
+void DequantQ5(const uint8_t* b, bool with_min, float* y) {
+  const float d = Half(b), m = with_min ? Half(b + 2) : 0.0f;
+  const uint8_t* qh_bytes = b + (with_min ? 4 : 2);
+  uint32_t qh;
+  std::memcpy(&qh, qh_bytes, 4);
+  const uint8_t* qs = qh_bytes + 4;
+  const int offset = with_min ? 0 : 16;
+  for (int j = 0; j < 16; ++j) {
+    const int lo = (qs[j] & 0xF) | (((qh >> j) & 1) << 4);
+    const int hi = (qs[j] >> 4) | (((qh >> (j + 16)) & 1) << 4);
+    if (with_min) {
+      y[j] = static_cast<float>(lo) * d + m;
+      y[j + 16] = static_cast<float>(hi) * d + m;
+    } else {
+      y[j] = static_cast<float>(lo - offset) * d;
+      y[j + 16] = static_cast<float>(hi - offset) * d;
+    }
+  }
+}
+void DequantQ5_0(const uint8_t* b, float* y) { DequantQ5(b, false, y); }
+void DequantQ5_1(const uint8_t* b, float* y) { DequantQ5(b, true, y); }
 
 void DequantQ8_0(const uint8_t* b, float* y) {
   const float d = Half(b);
@@ -111,20 +136,23 @@ bool ZeroPoint(float scale, float offset, float* zero) {
 bool GgmlDequantizable(GgmlType type) {
   switch (type) {
     case GgmlType::kF32: case GgmlType::kF16: case GgmlType::kBF16: case GgmlType::kQ8_0:
-    case GgmlType::kQ4_0: case GgmlType::kQ4_1: case GgmlType::kQ4_K: case GgmlType::kQ6_K:
+    case GgmlType::kQ4_0: case GgmlType::kQ4_1: case GgmlType::kQ5_0: case GgmlType::kQ5_1:
+    case GgmlType::kQ4_K: case GgmlType::kQ6_K:
       return true;
     default:
       return false;
   }
 }
 
+absl::Status GgmlReadable(GgmlType type) {
+  if (GgmlDequantizable(type)) return absl::OkStatus();
+  return absl::UnimplementedError(absl::StrCat(
+      GgmlTypeName(type), ", which Tessera does not read (F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q4_K and Q6_K)"));
+}
+
 absl::Status DequantizeGgml(GgmlType type, const uint8_t* src, int64_t n, float* dst) {
   const int block = GgmlBlockSize(type), bytes = GgmlTypeSize(type);
-  if (!GgmlDequantizable(type)) {
-    return absl::UnimplementedError(absl::StrCat(
-        "ggml type ", GgmlTypeName(type),
-        " is not read by Tessera (F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q4_K and Q6_K are)"));
-  }
+  RETURN_IF_ERROR(GgmlReadable(type));
   if (n % block != 0) {
     return absl::InvalidArgumentError(
         absl::StrCat(n, " elements are not whole ", GgmlTypeName(type), " blocks of ", block));
@@ -139,6 +167,8 @@ absl::Status DequantizeGgml(GgmlType type, const uint8_t* src, int64_t n, float*
   switch (type) {
     case GgmlType::kQ4_0: decode = DequantQ4_0; break;
     case GgmlType::kQ4_1: decode = DequantQ4_1; break;
+    case GgmlType::kQ5_0: decode = DequantQ5_0; break;
+    case GgmlType::kQ5_1: decode = DequantQ5_1; break;
     case GgmlType::kQ8_0: decode = DequantQ8_0; break;
     case GgmlType::kQ4_K: decode = DequantQ4_K; break;
     case GgmlType::kQ6_K: decode = DequantQ6_K; break;

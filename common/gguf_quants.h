@@ -11,8 +11,11 @@
 // int8 and int4 weights keep the file's codes, so the served numbers are the file's.
 namespace tessera {
 
-// Whether DequantizeGgml reads `type`: F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q4_K, Q6_K.
+// Whether DequantizeGgml reads `type`: F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q4_K, Q6_K.
 bool GgmlDequantizable(GgmlType type);
+
+// OK for the types above; UNIMPLEMENTED naming the type and listing the readable ones.
+absl::Status GgmlReadable(GgmlType type);
 
 // dst[0, n) = the first n elements at `src`; n must be a multiple of the block size.
 // UNIMPLEMENTED naming the type for any type GgmlDequantizable refuses.

@@ -291,6 +291,25 @@ TEST(GgufQuantsTest, DecodesTheSmallBlockTypes) {
   EXPECT_EQ(y[0], -2.0f);
   EXPECT_EQ(y[31], 15 * 0.125f);
 
+  // Q5_0: d = 0.25, qh = 0xFFFF0000 (fifth bit set for elements 16..31), low nibbles j.
+  std::string q5_0;
+  PutHalf(&q5_0, 0.25f);
+  const uint32_t qh = 0xFFFF0000u;
+  q5_0.append(reinterpret_cast<const char*>(&qh), 4);
+  for (int j = 0; j < 16; ++j) q5_0.push_back(static_cast<char>(j | (j << 4)));
+  ASSERT_TRUE(DequantizeGgml(GgmlType::kQ5_0, reinterpret_cast<const uint8_t*>(q5_0.data()), 32, y).ok());
+  EXPECT_EQ(y[3], (3 - 16) * 0.25f);        // No fifth bit: q = 3.
+  EXPECT_EQ(y[16 + 3], (3 + 16 - 16) * 0.25f);  // Fifth bit: q = 19.
+  // Q5_1: w = q d + m.
+  std::string q5_1;
+  PutHalf(&q5_1, 0.5f);
+  PutHalf(&q5_1, -2.0f);
+  q5_1.append(reinterpret_cast<const char*>(&qh), 4);
+  for (int j = 0; j < 16; ++j) q5_1.push_back(static_cast<char>(j | (j << 4)));
+  ASSERT_TRUE(DequantizeGgml(GgmlType::kQ5_1, reinterpret_cast<const uint8_t*>(q5_1.data()), 32, y).ok());
+  EXPECT_EQ(y[5], 5 * 0.5f - 2.0f);
+  EXPECT_EQ(y[16 + 5], 21 * 0.5f - 2.0f);
+
   const absl::Status q5 = DequantizeGgml(GgmlType::kQ5_K, nullptr, 256, y);
   EXPECT_EQ(q5.code(), absl::StatusCode::kUnimplemented);
   EXPECT_NE(q5.message().find("Q5_K"), std::string::npos);

@@ -29,10 +29,10 @@ absl::Status ConvertGguf(const std::filesystem::path& gguf_file, const std::file
 
   // Every tensor must be readable before anything is written.
   for (const std::string& name : checkpoint->TensorNames()) {
-    if (const GgufTensorRef* ref = checkpoint->Gguf(name); !GgmlDequantizable(ref->tensor->type)) {
-      return absl::UnimplementedError(absl::StrCat(
-          gguf_file.string(), ": tensor \"", ref->tensor->name, "\" is ", GgmlTypeName(ref->tensor->type),
-          ", which Tessera does not read (F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q4_K and Q6_K)"));
+    const GgufTensorRef* ref = checkpoint->Gguf(name);
+    if (absl::Status readable = GgmlReadable(ref->tensor->type); !readable.ok()) {
+      return absl::Status(readable.code(), absl::StrCat(gguf_file.string(), ": tensor \"", ref->tensor->name,
+                                                        "\" is ", readable.message()));
     }
   }
   std::error_code ec;

@@ -48,18 +48,6 @@ absl::StatusOr<const Architecture*> FindArchitecture(const GgufFile& gguf) {
 absl::StatusOr<Json> PreTokenizerFor(const std::string& pre, const std::string& source) {
   const Json byte_level_regex{
       {"type", "ByteLevel"}, {"add_prefix_space", false}, {"trim_offsets", true}, {"use_regex", true}};
-  const auto split = [](const char* pattern) {
-    return Json{{"type", "Sequence"},
-                {"pretokenizers",
-                 Json::array({Json{{"type", "Split"},
-                                   {"pattern", {{"Regex", pattern}}},
-                                   {"behavior", "Isolated"},
-                                   {"invert", false}},
-                              Json{{"type", "ByteLevel"},
-                                   {"add_prefix_space", false},
-                                   {"trim_offsets", false},
-                                   {"use_regex", false}}})}};
-  };
   for (const char* name : {"gpt-2", "phi-2", "roberta-bpe", "jina-v1-en", "jina-v2-code"}) {
     if (pre == name) return byte_level_regex;
   }
@@ -72,10 +60,10 @@ absl::StatusOr<Json> PreTokenizerFor(const std::string& pre, const std::string& 
     }
   }
   for (const char* name : {"llama3", "llama-v3", "llama-bpe", "falcon3"}) {
-    if (pre == name) return split(kLlama3PreTokenizerPattern);
+    if (pre == name) return SplitByteLevelPreTokenizer(kLlama3PreTokenizerPattern, /*trim_offsets=*/false);
   }
   for (const char* name : {"qwen2", "deepseek-r1-qwen", "megrez"}) {
-    if (pre == name) return split(kQwen2PreTokenizerPattern);
+    if (pre == name) return SplitByteLevelPreTokenizer(kQwen2PreTokenizerPattern, /*trim_offsets=*/false);
   }
   return absl::UnimplementedError(absl::StrCat(
       source, ": tokenizer.ggml.pre \"", pre,

@@ -79,6 +79,8 @@ class LlamaModel {
   const ModelConfig& config() const { return config_; }
   const ShardLayout& layout() const { return layout_; }
   uint64_t weight_bytes() const { return weights_.bytes; }
+  // What this rank holds (benchmarks count the bytes a step streams from it).
+  const ModelWeights& weights() const { return weights_; }
   const ModelLoadOptions& options() const { return options_; }
   // The KV cache's element type (options().kv_cache_dtype resolved for this model).
   DType kv_cache_dtype() const {

@@ -175,7 +175,7 @@ def main():
     int4 = {}
     for method in ("gptq", "awq"):
         int4[method] = work / f"smollm2-{method}-g64"
-        if not (int4[method] / "model.safetensors").exists():
+        if not (pathlib.Path(f"{int4[method]}-dequantized") / "model.safetensors").exists():
             log(f"int4_checkpoint.py {method} g64")
             run([sys.executable, SOURCE / "tests/worker/int4_checkpoint.py", "--src", f32_hf, "--out", int4[method],
                  "--method", method, "--group-size", "64", "--dequant-out", f"{int4[method]}-dequantized"])

@@ -228,6 +228,17 @@ int Main(int argc, char** argv) {
     }
   }
   traffic.routed_expert_bytes = routed_expert_bytes;
+  if (!config.is_moe()) {
+    // A dense model streams every linear matrix each step: count what was loaded (codes,
+    // scales, zeros), exact for every format, a GGUF file's mixed types included.
+    const ModelWeights& w = (*model)->weights();
+    const auto held = [](const DeviceMatrix& m) { return uint64_t{m.buffer.bytes()} + m.scales.bytes(); };
+    traffic.layer_matrix_bytes = 0;
+    for (const LayerWeights& l : w.layers) {
+      traffic.layer_matrix_bytes += held(l.qkv) + held(l.o) + held(l.gate_up) + held(l.down);
+    }
+    traffic.lm_head_bytes = held(w.tied ? w.embed : w.lm_head);
+  }
   // The ceiling: the best read seen, before or between the steps.
   const double ceiling = std::max(bw.best_bytes_per_second, *std::max_element(step_bw.begin(), step_bw.end()));
   const double theoretical_s = static_cast<double>(traffic.total()) / ceiling;

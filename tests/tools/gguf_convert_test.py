@@ -44,6 +44,7 @@ SOURCE = os.path.abspath(os.path.join(HERE, "..", ".."))
 sys.path.insert(0, HERE)
 sys.path.insert(0, os.path.join(SOURCE, "tests", "reference"))
 
+import gguf_to_hf  # noqa: E402
 import make_tiny_gguf  # noqa: E402
 
 TESSERA = os.environ.get("TESSERA_BIN", os.path.join(SOURCE, "build", "bin", "tessera"))
@@ -57,22 +58,10 @@ NEAR_TIE = 0.02
 # Types that `tessera run` must serve with the file's codes (its "weights" log line).
 NATIVE_TYPES = ("Q4_0", "Q4_1", "Q4_K", "Q8_0")
 
-_GLOBAL_NAMES = {
-    "token_embd.weight": "model.embed_tokens.weight",
-    "output_norm.weight": "model.norm.weight",
-    "output.weight": "lm_head.weight",
-}
-_LAYER_NAMES = {
-    "attn_norm.weight": "input_layernorm.weight",
-    "attn_q.weight": "self_attn.q_proj.weight",
-    "attn_k.weight": "self_attn.k_proj.weight",
-    "attn_v.weight": "self_attn.v_proj.weight",
-    "attn_output.weight": "self_attn.o_proj.weight",
-    "ffn_norm.weight": "post_attention_layernorm.weight",
-    "ffn_gate.weight": "mlp.gate_proj.weight",
-    "ffn_up.weight": "mlp.up_proj.weight",
-    "ffn_down.weight": "mlp.down_proj.weight",
-}
+# The names and the q/k interleave come from the Python oracle of the SmolLM2 test, written
+# independently of the C++ reader.
+hf_name = gguf_to_hf.hf_name
+unpermute = gguf_to_hf.unpermute_rows
 
 TEXTS = [
     "the theater is on",
@@ -83,19 +72,6 @@ TEXTS = [
     "don't stop; it's 3.14!",
     "",
 ]
-
-
-def hf_name(gguf_name):
-    if gguf_name in _GLOBAL_NAMES:
-        return _GLOBAL_NAMES[gguf_name]
-    _, layer, rest = gguf_name.split(".", 2)
-    return f"model.layers.{layer}.{_LAYER_NAMES[rest]}"
-
-
-def unpermute(w, n_heads):
-    """Inverse of convert_hf_to_gguf's w.reshape(n, 2, hd/2, cols).swapaxes(1, 2)."""
-    head_dim = w.shape[0] // n_heads
-    return w.reshape(n_heads, head_dim // 2, 2, *w.shape[1:]).swapaxes(1, 2).reshape(w.shape)
 
 
 def read_safetensors(path):

@@ -200,19 +200,6 @@ std::vector<Special> QwenSpecials(bool qwen3) {
   return s;
 }
 
-Json SplitPreTokenizer(const char* pattern, bool trim_offsets) {
-  return Json{{"type", "Sequence"},
-              {"pretokenizers",
-               Json::array({Json{{"type", "Split"},
-                                 {"pattern", {{"Regex", pattern}}},
-                                 {"behavior", "Isolated"},
-                                 {"invert", false}},
-                            Json{{"type", "ByteLevel"},
-                                 {"add_prefix_space", false},
-                                 {"trim_offsets", trim_offsets},
-                                 {"use_regex", false}}})}};
-}
-
 }  // namespace
 
 absl::StatusOr<ByteLevelTokenizerFiles> SyntheticByteLevelTokenizer(ByteLevelFlavor flavor,
@@ -276,7 +263,7 @@ absl::StatusOr<ByteLevelTokenizerFiles> SyntheticByteLevelTokenizer(ByteLevelFla
     files.bos_token_id = special_id("<|begin_of_text|>");
     files.eos_token_ids = {special_id("<|end_of_text|>"), special_id("<|eom_id|>"),
                            special_id("<|eot_id|>")};
-    tokenizer["pre_tokenizer"] = SplitPreTokenizer(kLlama3PreTokenizerPattern, /*trim_offsets=*/true);
+    tokenizer["pre_tokenizer"] = SplitByteLevelPreTokenizer(kLlama3PreTokenizerPattern, /*trim_offsets=*/true);
     const Json bos{{"SpecialToken", {{"id", "<|begin_of_text|>"}, {"type_id", 0}}}};
     const Json template_processor{
         {"type", "TemplateProcessing"},
@@ -295,7 +282,7 @@ absl::StatusOr<ByteLevelTokenizerFiles> SyntheticByteLevelTokenizer(ByteLevelFla
     config["model_max_length"] = 131072;
   } else {
     files.eos_token_ids = {special_id("<|im_end|>"), special_id("<|endoftext|>")};
-    tokenizer["pre_tokenizer"] = SplitPreTokenizer(kQwen2PreTokenizerPattern, /*trim_offsets=*/false);
+    tokenizer["pre_tokenizer"] = SplitByteLevelPreTokenizer(kQwen2PreTokenizerPattern, /*trim_offsets=*/false);
     tokenizer["post_processor"] = byte_level_processor;
     tokenizer["normalizer"] = Json{{"type", "NFC"}};  // As Qwen2.5's own file.
     config["bos_token"] = nullptr;

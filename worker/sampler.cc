@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <limits>
 #include <numeric>
 #include <unordered_map>
@@ -91,15 +92,25 @@ TokenDistribution SamplingDistribution(absl::Span<const float> raw, const Sampli
     d.total = 1.0;
     return d;
   }
-  // Candidates by descending logit; truncation keeps a prefix of this order.
-  std::vector<int32_t> order(vocab);
-  std::iota(order.begin(), order.end(), 0);
+  // Candidates by descending logit, ties to the lower id; truncation keeps a prefix of
+  // this order. Sorting 64-bit keys (the logit's order-preserving bits inverted, then the
+  // id) instead of ids through a comparator is several times faster on a 150k vocabulary.
   const int k = p.top_k > 0 ? std::min(p.top_k, vocab) : vocab;
-  auto by_logit = [&](int32_t a, int32_t b) {
-    return logits[a] > logits[b] || (logits[a] == logits[b] && a < b);
-  };
-  std::partial_sort(order.begin(), order.begin() + k, order.end(), by_logit);
-  order.resize(k);
+  std::vector<uint64_t> keys(vocab);
+  for (int i = 0; i < vocab; ++i) {
+    const float f = logits[i] == 0.0f ? 0.0f : logits[i];  // -0 and +0 tie, as they compare.
+    uint32_t bits;
+    std::memcpy(&bits, &f, sizeof(bits));
+    const uint32_t ascending = (bits & 0x80000000u) != 0 ? ~bits : bits | 0x80000000u;
+    keys[i] = (static_cast<uint64_t>(~ascending) << 32) | static_cast<uint32_t>(i);
+  }
+  if (k < vocab) {
+    std::nth_element(keys.begin(), keys.begin() + k, keys.end());
+    keys.resize(k);
+  }
+  std::sort(keys.begin(), keys.end());
+  std::vector<int32_t> order(k);
+  for (int i = 0; i < k; ++i) order[i] = static_cast<int32_t>(keys[i] & 0xFFFFFFFFu);
   const double inv_t = 1.0 / p.temperature;
   const double top = logits[order[0]];
   std::vector<double> probs(k);

@@ -45,6 +45,9 @@ class TimingBackend final : public kernels::Backend {
   size_t FreeMemoryBytes() const override { return inner_->FreeMemoryBytes(); }
 
   DType activation_dtype() const override { return inner_->activation_dtype(); }
+  // Forwarded so that quantized weights load in the layout the measured backend runs.
+  kernels::WeightLayout Int8WeightLayout() const override { return inner_->Int8WeightLayout(); }
+  kernels::WeightLayout Int4WeightLayout() const override { return inner_->Int4WeightLayout(); }
   void EmbeddingGather(const int32_t* ids, int n, kernels::MatrixView table, int64_t vocab_begin,
                        float* out) override;
   void RmsNorm(const float* x, const float* weight, int n, int dim, float eps, void* out) override;

@@ -76,7 +76,7 @@ int main(int argc, char** argv) {
                          "Serves tessera.v1.Generation over gRPC and drives tensor-parallel worker\n"
                          "groups: workers register on the cluster port and are formed into\n"
                          "`replicas` groups of `tp` ranks.");
-  flags.String("model", &model, "Model folder (config.json, tokenizer.json; workers read the weights from the same path).");
+  flags.String("model", &model, "Model folder (config.json, tokenizer.json) or .gguf file; workers read the weights from the same path.");
   flags.String("host", &host, "Address the public API binds to.");
   flags.Int("port", &port, "Public gRPC port (Generation, health, reflection).");
   flags.String("cluster-host", &cluster_host, "Address the worker-facing port (and the Gloo rendezvous store) binds to.");

@@ -102,7 +102,7 @@ int Main(int argc, char** argv) {
                 "sequences at --tokens of context must move (weights of every matrix, embedding\n"
                 "rows, KV reads), and times real decode steps of the model on the CPU backend\n"
                 "(one rank). Prints the roofline fraction: theoretical / measured step time.");
-  flags.String("model", &model_dir, "Model folder (Hugging Face Llama).");
+  flags.String("model", &model_dir, "Model: a Hugging Face folder or a .gguf file.");
   flags.Int("batch", &batch, "Sequences decoded per step.");
   flags.Int("tokens", &tokens, "KV context per sequence after the step.");
   flags.Int("steps", &steps, "Measured decode steps.");

@@ -223,8 +223,8 @@ int EvalMain(int argc, char** argv) {
                 "JSON report. The baseline's log-probabilities wait in a temporary file (positions x\n"
                 "vocabulary x 4 bytes). Either model may be a .gguf file.\n"
                 "Exit codes: 0 the gate passes, 1 a threshold fails, 2 usage, load or data error.");
-  flags.String("model", &f.model, "Candidate model folder.");
-  flags.String("baseline", &f.baseline, "Baseline model folder (run with its own dtypes).");
+  flags.String("model", &f.model, "Candidate model: a Hugging Face folder or a .gguf file.");
+  flags.String("baseline", &f.baseline, "Baseline model, folder or .gguf file (run with its own dtypes).");
   flags.String("dataset", &f.dataset, "Plain UTF-8 text file to score.");
   flags.String("quantization", &f.quantization, "Candidate weights quantized at load time: none, int8 or fp8.");
   flags.String("kv-cache-dtype", &f.kv_cache_dtype, "Candidate KV-cache element type: auto, bf16, fp8 or fp32.");

@@ -64,7 +64,7 @@ int RunMain(int argc, char** argv) {
   FlagSet flags("tessera run",
                 "Loads a Hugging Face Llama folder (config.json, model.safetensors, tokenizer.json)\n"
                 "and generates a continuation of the prompt in this process, on the CPU or a CUDA device.");
-  flags.String("model", &f.model, "Model folder.");
+  flags.String("model", &f.model, "Model: a Hugging Face folder or a .gguf file.");
   flags.String("prompt", &f.prompt, "Prompt text.");
   flags.String("prompt-ids", &f.prompt_ids, "Prompt as comma-separated token ids (instead of --prompt).");
   flags.Int("max-tokens", &f.max_tokens, "Tokens to generate at most.");

@@ -105,7 +105,7 @@ int ServeMain(int argc, char** argv) {
                 "the workers and exits 1; if serve dies, its children die with it. Secrets (cluster\n"
                 "keys, the join secret) live in memory only. Clients connect to --port (gRPC) or\n"
                 "--http-port (OpenAI-compatible HTTP).");
-  flags.String("model", &model, "Model folder.");
+  flags.String("model", &model, "Model: a Hugging Face folder or a .gguf file.");
   std::string tls_cert, tls_key, tls_client_ca;
   flags.String("tls-cert", &tls_cert,
                "PEM certificate of the gRPC and HTTP APIs (with --tls-key). Without it the APIs use a certificate "

@@ -93,7 +93,7 @@ absl::Status Run(int argc, char** argv) {
   bool add_special_tokens = false, json = false, jsonl = false, stream = false,
        plain_special_tokens = false;
   FlagSet flags("tessera tokenize", kSummary);
-  flags.String("model", &model, "model folder holding tokenizer.json");
+  flags.String("model", &model, "model folder holding tokenizer.json, or a .gguf file");
   flags.String("text", &text, "the text to tokenize");
   flags.String("input-file", &input_file, "batch mode: tokenize each line of this file");
   flags.Bool("jsonl", &jsonl, "batch mode: each line of --input-file is a JSON string");

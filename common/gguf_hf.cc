@@ -6,7 +6,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
-#include "common/pre_tokenizer_patterns.h"
+#include "common/byte_level_tokenizer_parts.h"
 #include "common/sentencepiece_tokenizer_json.h"
 #include "common/status_macros.h"
 #include "nlohmann/json.hpp"
@@ -145,8 +145,8 @@ absl::StatusOr<std::string> ByteLevelTokenizerJson(const GgufFile& gguf, const V
     }
     merges.push_back(Json::array({line.substr(0, space), line.substr(space + 1)}));
   }
-  const Json byte_level_processor{
-      {"type", "ByteLevel"}, {"add_prefix_space", true}, {"trim_offsets", false}, {"use_regex", true}};
+  const Json byte_level_processor = ByteLevelPostProcessor();
+  const bool ignore_merges = pre == "llama3" || pre == "llama-v3" || pre == "llama-bpe";
   Json tokenizer{{"version", "1.0"},
                  {"truncation", nullptr},
                  {"padding", nullptr},
@@ -154,20 +154,8 @@ absl::StatusOr<std::string> ByteLevelTokenizerJson(const GgufFile& gguf, const V
                  {"normalizer", nullptr},
                  {"pre_tokenizer", pre_tokenizer},
                  {"post_processor", byte_level_processor},
-                 {"decoder", Json{{"type", "ByteLevel"},
-                                  {"add_prefix_space", true},
-                                  {"trim_offsets", true},
-                                  {"use_regex", true}}},
-                 {"model", Json{{"type", "BPE"},
-                                {"dropout", nullptr},
-                                {"unk_token", nullptr},
-                                {"continuing_subword_prefix", nullptr},
-                                {"end_of_word_suffix", nullptr},
-                                {"fuse_unk", false},
-                                {"byte_fallback", false},
-                                {"ignore_merges", pre == "llama3" || pre == "llama-v3" || pre == "llama-bpe"},
-                                {"vocab", vocab},
-                                {"merges", merges}}}};
+                 {"decoder", ByteLevelDecoder()},
+                 {"model", ByteLevelBpeModel(std::move(vocab), std::move(merges), ignore_merges)}};
   if (v.add_bos) {
     const std::string& bos = (*v.tokens)[static_cast<size_t>(v.bos)];
     const Json bos_item{{"SpecialToken", {{"id", bos}, {"type_id", 0}}}};

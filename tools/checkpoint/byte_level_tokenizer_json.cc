@@ -8,7 +8,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
-#include "common/pre_tokenizer_patterns.h"
+#include "common/byte_level_tokenizer_parts.h"
 #include "common/tokenizer/byte_level_alphabet.h"
 #include "nlohmann/json.hpp"
 
@@ -249,14 +249,8 @@ absl::StatusOr<ByteLevelTokenizerFiles> SyntheticByteLevelTokenizer(ByteLevelFla
                  {"padding", nullptr},
                  {"added_tokens", added},
                  {"normalizer", nullptr},
-                 {"decoder", Json{{"type", "ByteLevel"},
-                                  {"add_prefix_space", true},
-                                  {"trim_offsets", true},
-                                  {"use_regex", true}}}};
-  Json byte_level_processor{{"type", "ByteLevel"},
-                            {"add_prefix_space", true},
-                            {"trim_offsets", false},
-                            {"use_regex", true}};
+                 {"decoder", ByteLevelDecoder()}};
+  const Json byte_level_processor = ByteLevelPostProcessor();
   Json config{{"clean_up_tokenization_spaces", false},
               {"tokenizer_class", "PreTrainedTokenizerFast"}};
   if (llama3) {
@@ -291,16 +285,7 @@ absl::StatusOr<ByteLevelTokenizerFiles> SyntheticByteLevelTokenizer(ByteLevelFla
     config["add_prefix_space"] = false;
     config["model_max_length"] = 131072;
   }
-  tokenizer["model"] = Json{{"type", "BPE"},
-                            {"dropout", nullptr},
-                            {"unk_token", nullptr},
-                            {"continuing_subword_prefix", nullptr},
-                            {"end_of_word_suffix", nullptr},
-                            {"fuse_unk", false},
-                            {"byte_fallback", false},
-                            {"ignore_merges", llama3},
-                            {"vocab", vocab_json},
-                            {"merges", merges}};
+  tokenizer["model"] = ByteLevelBpeModel(vocab_json, merges, llama3);
   files.tokenizer_json = tokenizer.dump(1);
   files.tokenizer_config_json = config.dump(2);
   return files;

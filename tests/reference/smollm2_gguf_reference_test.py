@@ -47,8 +47,12 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 SOURCE = os.path.abspath(os.path.join(HERE, "..", ".."))
 sys.path.insert(0, HERE)
 
-GGUF = os.environ.get("TESSERA_SMOLLM2_GGUF", os.path.expanduser(
-    "~/.cache/tessera/models/SmolLM2-135M-Instruct.Q4_1.gguf"))
+# Where scripts/setup.sh puts it: $TESSERA_CACHE_DIR, $XDG_CACHE_HOME/tessera or ~/.cache/tessera.
+_CACHE = (os.environ.get("TESSERA_CACHE_DIR")
+          or (os.path.join(os.environ["XDG_CACHE_HOME"], "tessera") if os.environ.get("XDG_CACHE_HOME")
+              else os.path.expanduser("~/.cache/tessera")))
+GGUF = os.environ.get("TESSERA_SMOLLM2_GGUF",
+                      os.path.join(_CACHE, "models", "SmolLM2-135M-Instruct.Q4_1.gguf"))
 TESSERA = os.environ.get("TESSERA_BIN", os.path.join(SOURCE, "build", "bin", "tessera"))
 TOKENIZER_PYTHON = os.environ.get("TESSERA_TOKENIZER_PYTHON", sys.executable)
 MAX_NEW_TOKENS = 48

@@ -51,10 +51,7 @@ absl::StatusOr<std::unique_ptr<Checkpoint>> Checkpoint::Open(
   ASSIGN_OR_RETURN(const std::filesystem::path model_dir, ResolveModelDir(model_path));
   std::unique_ptr<Checkpoint> ckpt(new Checkpoint());
   ckpt->dir_ = model_dir;
-  if (IsGgufFile(model_dir)) {
-    RETURN_IF_ERROR(ckpt->OpenGguf(model_dir));
-    return ckpt;
-  }
+  // ResolveModelDir turned a GGUF file into its folder, whose link leads back to the file.
   if (IsGgufFile(model_dir / kGgufLinkName)) {
     // Through the link to the user's file, so that errors name it.
     std::error_code ec;
@@ -206,8 +203,8 @@ absl::Status Checkpoint::ReadAll(absl::string_view name, const std::vector<int64
 
 absl::Status Checkpoint::OpenGguf(const std::filesystem::path& file) {
   ASSIGN_OR_RETURN(gguf_, GgufFile::Open(file));
-  ASSIGN_OR_RETURN(const GgufHfFiles files, GgufToHfFiles(*gguf_));
-  ASSIGN_OR_RETURN(gguf_refs_, GgufHfTensors(*gguf_, files.config));
+  ASSIGN_OR_RETURN(const ModelConfig config, GgufModelConfig(*gguf_));
+  ASSIGN_OR_RETURN(gguf_refs_, GgufHfTensors(*gguf_, config));
   for (const auto& [name, ref] : gguf_refs_) {
     const GgufTensor& t = *ref.tensor;
     TensorInfo info;

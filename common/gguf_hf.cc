@@ -201,9 +201,16 @@ absl::StatusOr<std::string> SentencePieceJson(const GgufFile& gguf, const Vocabu
   return tokenizer.dump(1, ' ', false, Json::error_handler_t::replace);
 }
 
-}  // namespace
+// What the metadata says: the model's config.json (round-tripped through its parser, so
+// what is served is exactly what config.json says) and the vocabulary it is built on.
+struct Translation {
+  ModelConfig config;
+  std::string config_json;
+  std::string tokenizer_model;  // tokenizer.ggml.model: "gpt2" or "llama".
+  Vocabulary vocab;
+};
 
-absl::StatusOr<GgufHfFiles> GgufToHfFiles(const GgufFile& gguf) {
+absl::StatusOr<Translation> Translate(const GgufFile& gguf) {
   ASSIGN_OR_RETURN(const Architecture* arch, FindArchitecture(gguf));
   const std::string a = arch->gguf;
   const auto key = [&](absl::string_view k) { return absl::StrCat(a, ".", k); };
@@ -252,12 +259,12 @@ absl::StatusOr<GgufHfFiles> GgufToHfFiles(const GgufFile& gguf) {
   c.qkv_bias = gguf.FindTensor("blk.0.attn_q.bias") != nullptr;
   c.qk_norm = gguf.FindTensor("blk.0.attn_q_norm.weight") != nullptr;
 
-  ASSIGN_OR_RETURN(const std::string model, gguf.String("tokenizer.ggml.model"));
+  ASSIGN_OR_RETURN(std::string model, gguf.String("tokenizer.ggml.model"));
   if (model != "gpt2" && model != "llama") {
     return absl::UnimplementedError(absl::StrCat(gguf.source(), ": tokenizer.ggml.model \"", model,
                                                  "\" is not supported (gpt2 and llama are)"));
   }
-  ASSIGN_OR_RETURN(const Vocabulary vocab, ReadVocabulary(gguf, /*bos_by_default=*/model == "llama"));
+  ASSIGN_OR_RETURN(Vocabulary vocab, ReadVocabulary(gguf, /*bos_by_default=*/model == "llama"));
   if (static_cast<int64_t>(vocab.tokens->size()) > c.vocab_size) {
     return absl::InvalidArgumentError(absl::StrCat(gguf.source(), ": the tokenizer has ", vocab.tokens->size(),
                                                    " tokens but token_embd.weight only ", c.vocab_size, " rows"));
@@ -265,6 +272,26 @@ absl::StatusOr<GgufHfFiles> GgufToHfFiles(const GgufFile& gguf) {
   c.bos_token_id = static_cast<int>(vocab.bos);
   for (int64_t id : vocab.eos_ids) c.eos_token_ids.push_back(static_cast<int>(id));
 
+  Translation t;
+  t.config_json = c.ToJson();
+  ASSIGN_OR_RETURN(t.config, ModelConfig::FromJson(t.config_json, gguf.source()));
+  t.tokenizer_model = std::move(model);
+  t.vocab = std::move(vocab);
+  return t;
+}
+
+}  // namespace
+
+absl::StatusOr<ModelConfig> GgufModelConfig(const GgufFile& gguf) {
+  ASSIGN_OR_RETURN(Translation t, Translate(gguf));
+  return std::move(t.config);
+}
+
+absl::StatusOr<GgufHfFiles> GgufToHfFiles(const GgufFile& gguf) {
+  ASSIGN_OR_RETURN(Translation t, Translate(gguf));
+  const std::string& model = t.tokenizer_model;
+  const Vocabulary& vocab = t.vocab;
+  const ModelConfig& c = t.config;
   GgufHfFiles files;
   if (model == "gpt2") {
     ASSIGN_OR_RETURN(files.tokenizer_json, ByteLevelTokenizerJson(gguf, vocab));
@@ -286,9 +313,8 @@ absl::StatusOr<GgufHfFiles> GgufToHfFiles(const GgufFile& gguf) {
     tokenizer_config["chat_template"] = chat_template;
   }
   files.tokenizer_config_json = tokenizer_config.dump(2, ' ', false, Json::error_handler_t::replace);
-  files.config_json = c.ToJson();
-  // Round trip through the parser: what we serve is exactly what config.json says.
-  ASSIGN_OR_RETURN(files.config, ModelConfig::FromJson(files.config_json, gguf.source()));
+  files.config_json = std::move(t.config_json);
+  files.config = std::move(t.config);
   return files;
 }
 

@@ -28,6 +28,10 @@ struct GgufHfFiles {
 // SentencePiece. Anything else is refused naming the key and its value.
 absl::StatusOr<GgufHfFiles> GgufToHfFiles(const GgufFile& gguf);
 
+// GgufToHfFiles' config alone, without building the tokenizer's documents (a large
+// vocabulary's tokenizer.json is megabytes of JSON): what reading the tensors needs.
+absl::StatusOr<ModelConfig> GgufModelConfig(const GgufFile& gguf);
+
 // Where a Hugging Face tensor lives in the file. llama.cpp's converter interleaves the
 // two rotary halves of every q and k head of llama-architecture models (its RoPE rotates
 // adjacent pairs); `permuted_head_dim` > 0 marks such a tensor, whose row r is file row

@@ -146,14 +146,15 @@ class Loader {
   // One log line on how a GGUF file's tensors were served (nothing for safetensors).
   void LogGgufSummary() const {
     if (native_.empty() && dequantized_.empty()) return;
-    std::string native, dequantized;
-    for (const auto& [type, n] : native_) absl::StrAppend(&native, native.empty() ? "" : ", ", n, " ", type);
-    for (const auto& [type, n] : dequantized_) {
-      absl::StrAppend(&dequantized, dequantized.empty() ? "" : ", ", n, " ", type);
-    }
+    const auto counts = [](const std::map<std::string, int>& by_type) -> std::string {
+      if (by_type.empty()) return "none";
+      return absl::StrJoin(by_type, ", ", [](std::string* out, const auto& entry) {
+        absl::StrAppend(out, entry.second, " ", entry.first);
+      });
+    };
     Log(LogLevel::kInfo, "weights",
-        absl::StrCat("GGUF tensors served with the file's codes: ", native.empty() ? "none" : native,
-                     "; dequantized at load: ", dequantized.empty() ? "none" : dequantized));
+        absl::StrCat("GGUF tensors served with the file's codes: ", counts(native_),
+                     "; dequantized at load: ", counts(dequantized_)));
   }
 
   // Stacks the FP8 row slices of `parts` with their scales: the scales follow their rows,

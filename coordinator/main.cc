@@ -29,6 +29,7 @@
 #include "common/chat_template/chat_template.h"
 #include "common/checkpoint_quantization.h"
 #include "common/quantization.h"
+#include "common/tokenizer/token_bytes.h"
 #include "common/tokenizer/tokenizer.h"
 #include "coordinator/api/generation_service.h"
 #include "coordinator/api/reflection_auth_interceptor.h"
@@ -325,6 +326,10 @@ int main(int argc, char** argv) {
     tessera::Log(tessera::LogLevel::kWarning, "tessera-coordinator",
                  "no --join-secret-file: any process that reaches the cluster port can join as a worker");
   }
+  // Rank 0 of every group masks constrained sequences against these (structured outputs).
+  co.group.token_bytes =
+      std::make_shared<const std::vector<std::string>>(tessera::TokenByteStrings(**tokenizer));
+  co.group.special_token_ids = tessera::SpecialTokenIds(**tokenizer);
   co.store_security = tessera::tls::StoreSecurity(cluster_security, "");  // The manager adds the join secret.
   co.group.worker_credentials = tessera::tls::ClusterChannelCredentials(cluster_security);
   co.group.worker_server_name = cluster_security.insecure ? "" : cluster_security.server_name;

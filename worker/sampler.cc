@@ -95,16 +95,27 @@ TokenDistribution SamplingDistribution(absl::Span<const float> raw, const Sampli
   // Candidates by descending logit, ties to the lower id; truncation keeps a prefix of
   // this order. Sorting 64-bit keys (the logit's order-preserving bits inverted, then the
   // id) instead of ids through a comparator is several times faster on a 150k vocabulary.
-  const int k = p.top_k > 0 ? std::min(p.top_k, vocab) : vocab;
-  std::vector<uint64_t> keys(vocab);
+  // Tokens at -infinity (masked by a grammar) have no probability: they are left out
+  // before sorting, which also makes a narrow grammar's step cheaper.
+  std::vector<uint64_t> keys;
+  keys.reserve(vocab);
   for (int i = 0; i < vocab; ++i) {
+    if (logits[i] == -std::numeric_limits<float>::infinity()) continue;
     const float f = logits[i] == 0.0f ? 0.0f : logits[i];  // -0 and +0 tie, as they compare.
     uint32_t bits;
     std::memcpy(&bits, &f, sizeof(bits));
     const uint32_t ascending = (bits & 0x80000000u) != 0 ? ~bits : bits | 0x80000000u;
-    keys[i] = (static_cast<uint64_t>(~ascending) << 32) | static_cast<uint32_t>(i);
+    keys.push_back((static_cast<uint64_t>(~ascending) << 32) | static_cast<uint32_t>(i));
   }
-  if (k < vocab) {
+  if (keys.empty()) {  // Everything masked: the caller reports it; keep the draw defined.
+    d.ids = {0};
+    d.weights = {1.0};
+    d.total = 1.0;
+    return d;
+  }
+  const int candidates = static_cast<int>(keys.size());
+  const int k = p.top_k > 0 ? std::min(p.top_k, candidates) : candidates;
+  if (k < candidates) {
     std::nth_element(keys.begin(), keys.begin() + k, keys.end());
     keys.resize(k);
   }

@@ -62,6 +62,7 @@ absl::StatusOr<uint64_t> Admission::Start(const v1::GenerateRequest& request,
   er.options = valid->options;
   er.sampling = valid->sampling;
   er.stop_strings = std::move(valid->stop_strings);
+  er.grammar_gbnf = std::move(valid->grammar_gbnf);
   er.stream = std::move(stream);
   er.protocol = protocol_;
   er.deadline = deadline;

@@ -4,6 +4,8 @@
 #include <random>
 
 #include "absl/strings/str_cat.h"
+#include "common/status_macros.h"
+#include "common/structured/constraint_grammar.h"
 #include "coordinator/api/chat_prompt.h"
 
 namespace tessera {
@@ -14,6 +16,60 @@ absl::Status Bad(absl::string_view field, absl::string_view value, absl::string_
 }
 
 std::string F(float v) { return absl::StrCat(v); }
+
+// Compiled grammars of recent constraints: a service sends the same schema again and
+// again, and the engine's grammars live on the workers; here compiling only checks it.
+structured::GrammarCache& ConstraintGrammars() {
+  static auto* cache = new structured::GrammarCache(256);
+  return *cache;
+}
+
+// The request's constraint as GBNF, compiled once to check it: INVALID_ARGUMENT naming
+// `constraint.<kind>` and what is wrong (an unsupported schema keyword, regex construct
+// or grammar error), RESOURCE_EXHAUSTED past the engine's bounds.
+absl::StatusOr<std::string> CompileConstraint(const v1::Constraint& c, const ServingLimits& limits) {
+  structured::OutputConstraint oc;
+  std::string field;
+  switch (c.kind_case()) {
+    case v1::Constraint::kJsonSchema:
+      oc.kind = structured::OutputConstraint::Kind::kJsonSchema;
+      oc.text = c.json_schema();
+      field = "constraint.json_schema";
+      break;
+    case v1::Constraint::kJsonObject:
+      if (!c.json_object()) return std::string();
+      oc.kind = structured::OutputConstraint::Kind::kJsonObject;
+      field = "constraint.json_object";
+      break;
+    case v1::Constraint::kRegex:
+      oc.kind = structured::OutputConstraint::Kind::kRegex;
+      oc.text = c.regex();
+      field = "constraint.regex";
+      break;
+    case v1::Constraint::kChoice:
+      oc.kind = structured::OutputConstraint::Kind::kChoice;
+      oc.choices.assign(c.choice().choices().begin(), c.choice().choices().end());
+      field = "constraint.choice";
+      break;
+    case v1::Constraint::kGrammar:
+      oc.kind = structured::OutputConstraint::Kind::kGrammar;
+      oc.text = c.grammar();
+      field = "constraint.grammar";
+      break;
+    case v1::Constraint::KIND_NOT_SET:
+      return std::string();
+  }
+  size_t bytes = oc.text.size();
+  for (const std::string& choice : oc.choices) bytes += choice.size();
+  if (absl::Status s = CheckInputSize(field, bytes, limits); !s.ok()) return s;
+  absl::StatusOr<std::string> gbnf = structured::ConstraintToGbnf(oc);
+  absl::Status status = gbnf.status();
+  if (gbnf.ok()) status = ConstraintGrammars().Get(*gbnf).status();
+  if (!status.ok()) {
+    return absl::Status(status.code(), absl::StrCat(field, ": ", status.message()));
+  }
+  return *std::move(gbnf);
+}
 
 absl::Status ValidateSampling(const v1::SamplingParameters& s, SamplingParams* p) {
   if (s.has_temperature()) {
@@ -163,6 +219,9 @@ absl::StatusOr<ValidatedRequest> ValidateGenerateRequest(const v1::GenerateReque
   out.options.min_new_tokens = static_cast<int>(st.min_new_tokens());
   out.options.ignore_eos = st.ignore_eos();
   out.options.priority = r.priority();
+  if (r.has_constraint()) {
+    ASSIGN_OR_RETURN(out.grammar_gbnf, CompileConstraint(r.constraint(), limits));
+  }
   return out;
 }
 

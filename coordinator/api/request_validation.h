@@ -45,6 +45,7 @@ struct ValidatedRequest {
   SamplingParams sampling;
   sched::RequestOptions options;
   std::vector<std::string> stop_strings;
+  std::string grammar_gbnf;  // The constraint compiled to GBNF; empty: none.
 };
 
 // INVALID_ARGUMENT naming `field`, its size and the limit when a text is over

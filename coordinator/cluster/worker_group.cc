@@ -115,6 +115,11 @@ absl::StatusOr<GroupCapacity> WorkerGroup::Form(uint64_t generation,
     req.set_draft_model_dir(options_.draft_model_dir);
     req.set_prompt_lookup_min(options_.prompt_lookup_min);
     req.set_prompt_lookup_max(options_.prompt_lookup_max);
+    if (r == 0 && options_.token_bytes != nullptr) {
+      req.mutable_token_bytes()->Add(options_.token_bytes->begin(), options_.token_bytes->end());
+      req.mutable_special_token_ids()->Add(options_.special_token_ids.begin(),
+                                           options_.special_token_ids.end());
+    }
     grpc::ClientContext ctx;
     ctx.set_deadline(In(std::chrono::hours(1)));
     auto reader = stubs_[r]->LoadShard(&ctx, req);

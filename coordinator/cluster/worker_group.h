@@ -37,6 +37,10 @@ struct GroupOptions {
   std::string draft_model_dir;
   int prompt_lookup_min = 0;
   int prompt_lookup_max = 0;
+  // Each token's bytes and the special ids (common/tokenizer/token_bytes.h) for rank 0's
+  // grammar masks; null: the workers get none and constrained requests fail there.
+  std::shared_ptr<const std::vector<std::string>> token_bytes;
+  std::vector<int32_t> special_token_ids;
   std::string rendezvous_address;  // The coordinator's Gloo store, "host:port".
   // "gloo", "shm" (ranks on one host), "nccl" (CUDA workers), or "auto": nccl when every
   // rank registered a CUDA device, else shm when every rank shares a host, else gloo.

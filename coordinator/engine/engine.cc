@@ -131,6 +131,14 @@ void Engine::Handle(NewRequest& m) {
   Live live;
   live.request = std::move(m.request);
   live.arrival = m.arrival;
+  if (!live.request.grammar_gbnf.empty()) {
+    // The output may end (EOS, a stop token id) exactly where its grammar is complete.
+    auto grammar = std::make_shared<v1::GrammarConstraint>();
+    grammar->set_gbnf(live.request.grammar_gbnf);
+    for (const int32_t id : options_.eos_token_ids) grammar->add_end_token_ids(id);
+    for (const int32_t id : live.request.options.stop_token_ids) grammar->add_end_token_ids(id);
+    live.grammar = std::move(grammar);
+  }
   if (schedulers.empty()) {
     if (options_.metrics != nullptr) options_.metrics->RequestRejected("unavailable", live.request.protocol);
     live.request.stream->Push(RequestEvent::Failure(
@@ -302,6 +310,9 @@ void Engine::Dispatch(Replica& r) {
   }, [this](uint64_t seq_id) {
     auto it = live_.find(seq_id);
     return it == live_.end() ? 0 : static_cast<int>(it->second.request.prompt.size());
+  }, [this](uint64_t seq_id) -> const v1::GrammarConstraint* {
+    auto it = live_.find(seq_id);
+    return it == live_.end() ? nullptr : it->second.grammar.get();
   });
   r.in_flight = true;
   WorkerGroup* group = r.group.get();
@@ -341,7 +352,15 @@ void Engine::Handle(StepDone& m) {
   }
   sched::StepResult result;
   result.step_id = r.plan.step_id;
+  // A sequence the worker could not go on with (its grammar) fails alone; the step's
+  // other sequences take their tokens as usual.
   for (const auto& s : m.result->sampled()) {
+    if (!s.error().empty()) {
+      r.scheduler->Finish(s.seq_id(), sched::FinishReason::kError).IgnoreError();
+      Finish(s.seq_id(), sched::FinishReason::kError,
+             absl::FailedPreconditionError(absl::StrCat("structured output: ", s.error())));
+      continue;
+    }
     result.sampled.push_back({static_cast<sched::SeqId>(s.seq_id()), s.token_id()});
   }
   auto events = r.scheduler->Update(result);

@@ -56,6 +56,9 @@ struct EngineRequest {
   sched::RequestOptions options;
   SamplingParams sampling;
   std::vector<std::string> stop_strings;
+  // The output's grammar (GBNF) when the request has a constraint; empty: free text. The
+  // engine adds the end tokens (EOS and the request's stop token ids) for the workers.
+  std::string grammar_gbnf;
   std::shared_ptr<RequestStream> stream;
   // The front door it came through ("grpc" or "http"): the `protocol` label of the
   // request metrics and a field of the request log.
@@ -120,6 +123,7 @@ class Engine {
   };
   struct Live {
     EngineRequest request;
+    std::shared_ptr<const v1::GrammarConstraint> grammar;  // Null: unconstrained.
     int replica = -1;
     std::unique_ptr<OutputProcessor> output;
     std::chrono::steady_clock::time_point arrival;

@@ -4,9 +4,10 @@
 
 namespace tessera {
 
-v1::StepRequest ToStepRequest(const sched::StepPlan& plan,
-                              const std::function<const SamplingParams*(uint64_t)>& sampling,
-                              const std::function<int(uint64_t)>& prompt_len) {
+v1::StepRequest ToStepRequest(
+    const sched::StepPlan& plan, const std::function<const SamplingParams*(uint64_t)>& sampling,
+    const std::function<int(uint64_t)>& prompt_len,
+    const std::function<const v1::GrammarConstraint*(uint64_t)>& grammar) {
   v1::StepRequest req;
   req.set_step_id(plan.step_id);
   // Without speculation every lookahead is 0: the field stays empty (workers read that so).
@@ -35,6 +36,12 @@ v1::StepRequest ToStepRequest(const sched::StepPlan& plan,
       s->set_presence_penalty(p->presence_penalty);
       s->set_frequency_penalty(p->frequency_penalty);
       s->set_num_logprobs(p->num_logprobs);
+    }
+    // Sent with every (re)start: a preempted sequence's output is replayed through it.
+    if (grammar != nullptr) {
+      if (const v1::GrammarConstraint* g = grammar(n.seq_id); g != nullptr) {
+        *out->mutable_grammar() = *g;
+      }
     }
     req.add_scheduled_seq_ids(n.seq_id);
     req.add_num_scheduled_tokens(n.num_scheduled_tokens);

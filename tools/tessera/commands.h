@@ -14,6 +14,7 @@ int GenerateMain(int argc, char** argv);         // tessera generate
 int TokenizeMain(int argc, char** argv);         // tessera tokenize
 int EvalMain(int argc, char** argv);             // tessera eval
 int HashApiKeyMain(int argc, char** argv);       // tessera hash-api-key
+int ConstrainMain(int argc, char** argv);        // tessera constrain
 
 }  // namespace tessera::cli
 

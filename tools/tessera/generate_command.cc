@@ -2,6 +2,7 @@
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
+#include <fstream>
 #include <string>
 #include <thread>
 
@@ -53,6 +54,8 @@ bool WaitReady(const std::shared_ptr<grpc::Channel>& channel, double seconds) {
 
 int GenerateMain(int argc, char** argv) {
   std::string server = "127.0.0.1:50051", prompt, prompt_ids, stop;
+  std::string json_schema_file, regex, choice, grammar_file;
+  bool json_object = false;
   int64_t max_tokens = 16, top_k = 0, seed = -1, logprobs = 0;
   double temperature = 1.0, top_p = 1.0, wait_ready = 0, timeout = 600;
   bool stream = false, json = false, ignore_eos = false;
@@ -72,6 +75,11 @@ int GenerateMain(int argc, char** argv) {
   flags.Int("logprobs", &logprobs, "Top-n log-probabilities per token.");
   flags.String("stop", &stop, "A stop string.");
   flags.Bool("ignore-eos", &ignore_eos, "Keep generating past end-of-sequence.");
+  flags.String("json-schema", &json_schema_file, "File holding a JSON Schema the output must match.");
+  flags.Bool("json-object", &json_object, "The output is a JSON object.");
+  flags.String("regex", &regex, "Regular expression the whole output must match.");
+  flags.String("choice", &choice, "JSON array of strings: the output is one of them.");
+  flags.String("grammar", &grammar_file, "File holding a GBNF grammar (start symbol root) for the output.");
   flags.Bool("stream", &stream, "Use GenerateStream and print text as it arrives.");
   flags.Bool("json", &json, "Print one JSON object (prompt_ids, generated_ids, text, finish_reason, usage).");
   flags.Float("wait-ready", &wait_ready, "Wait up to this many seconds for the server to be ready.");
@@ -114,6 +122,38 @@ int GenerateMain(int argc, char** argv) {
   req.mutable_stopping()->set_max_new_tokens(static_cast<uint32_t>(std::max<int64_t>(max_tokens, 0)));
   req.mutable_stopping()->set_ignore_eos(ignore_eos);
   if (!stop.empty()) req.mutable_stopping()->add_stop(stop);
+  auto read_file = [](const std::string& path, std::string* out) {
+    std::ifstream in(path, std::ios::binary);
+    if (!in) return false;
+    out->assign(std::istreambuf_iterator<char>(in), {});
+    return true;
+  };
+  if (!json_schema_file.empty() &&
+      !read_file(json_schema_file, req.mutable_constraint()->mutable_json_schema())) {
+    std::fprintf(stderr, "cannot read --json-schema %s\n", json_schema_file.c_str());
+    return 1;
+  }
+  if (json_object) req.mutable_constraint()->set_json_object(true);
+  if (!regex.empty()) req.mutable_constraint()->set_regex(regex);
+  if (!choice.empty()) {
+    nlohmann::json list = nlohmann::json::parse(choice, nullptr, false);
+    if (!list.is_array()) {
+      std::fprintf(stderr, "--choice must be a JSON array of strings\n");
+      return 2;
+    }
+    for (const auto& c : list) {
+      if (!c.is_string()) {
+        std::fprintf(stderr, "--choice must be a JSON array of strings\n");
+        return 2;
+      }
+      req.mutable_constraint()->mutable_choice()->add_choices(c.get<std::string>());
+    }
+  }
+  if (!grammar_file.empty() &&
+      !read_file(grammar_file, req.mutable_constraint()->mutable_grammar())) {
+    std::fprintf(stderr, "cannot read --grammar %s\n", grammar_file.c_str());
+    return 1;
+  }
   req.set_logprobs(static_cast<uint32_t>(std::max<int64_t>(logprobs, 0)));
 
   auto stub = v1::Generation::NewStub(channel);

@@ -21,6 +21,8 @@ constexpr char kUsage[] =
     "  tokenize         Text to token ids with a model folder's tokenizer.\n"
     "  hash-api-key     Turn a key read from stdin into a line of an --api-keys-file.\n"
     "  eval             Quality gate: a candidate against a baseline over a text file.\n"
+    "  constrain        Compile a JSON Schema / regex / grammar against a vocabulary and\n"
+    "                   draw outputs from it at random (the grammar engine alone).\n"
     "\n"
     "Run `tessera <command> --help` for the flags of a command.\n";
 
@@ -42,6 +44,7 @@ int main(int argc, char** argv) {
   if (command == "tokenize") return tessera::cli::TokenizeMain(argc - 1, argv + 1);
   if (command == "hash-api-key") return tessera::cli::HashApiKeyMain(argc - 1, argv + 1);
   if (command == "eval") return tessera::cli::EvalMain(argc - 1, argv + 1);
+  if (command == "constrain") return tessera::cli::ConstrainMain(argc - 1, argv + 1);
   std::fprintf(stderr, "tessera: unknown command '%s'\n\n%s", command.c_str(), kUsage);
   return 2;
 }

@@ -2,6 +2,8 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
+#include <future>
 #include <numeric>
 #include <string>
 #include <vector>
@@ -31,9 +33,114 @@ SamplingParams FromProto(const v1::SamplingConfig& s) {
 
 }  // namespace
 
+namespace {
+
+// Masks a constrained sequence's logits rows (one, or one per speculative draft plus
+// one). A row after a draft the grammar rejects is left alone: that draft has no
+// probability left, so verification stops before reaching it.
+absl::Status MaskRows(const std::vector<StepExecutor::RowGrammar>& row_grammars, int first,
+                      size_t num_rows, size_t vocab, float* rows) {
+  for (size_t r = 0; r < num_rows; ++r) {
+    const StepExecutor::RowGrammar& g = row_grammars[first + r];
+    if (g.matcher == nullptr) return absl::InternalError("constrained row without a grammar state");
+    if (g.state == structured::GrammarAutomaton::kDead) {
+      if (r == 0) return absl::InternalError("the output left its grammar");
+      break;
+    }
+    absl::Span<float> row(rows + r * vocab, vocab);
+    RETURN_IF_ERROR(g.matcher->MaskLogits(g.state, row));
+    if (r == 0 && std::none_of(row.begin(), row.end(), [](float x) { return std::isfinite(x); })) {
+      return absl::FailedPreconditionError(
+          "no token of the vocabulary continues the output's grammar here");
+    }
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+// Grammars kept compiled (with their cached masks) beyond the sequences using them.
+constexpr size_t kGrammarCacheEntries = 64;
+
 StepExecutor::StepExecutor(LlamaModel* model, std::unique_ptr<KvCache> cache,
-                           std::unique_ptr<Proposer> proposer)
-    : model_(model), cache_(std::move(cache)), proposer_(std::move(proposer)) {}
+                           std::unique_ptr<Proposer> proposer,
+                           std::shared_ptr<const structured::TokenVocabulary> vocabulary)
+    : model_(model),
+      cache_(std::move(cache)),
+      proposer_(std::move(proposer)),
+      vocabulary_(std::move(vocabulary)) {}
+
+absl::StatusOr<std::shared_ptr<structured::TokenGrammar>> StepExecutor::GrammarFor(
+    const std::string& gbnf) {
+  for (auto it = grammars_.begin(); it != grammars_.end(); ++it) {
+    if (it->first == gbnf) {
+      grammars_.splice(grammars_.begin(), grammars_, it);
+      return grammars_.front().second;
+    }
+  }
+  ASSIGN_OR_RETURN(std::shared_ptr<const structured::Grammar> grammar,
+                   structured::Grammar::FromGbnf(gbnf));
+  grammars_.emplace_front(gbnf, std::make_shared<structured::TokenGrammar>(grammar, vocabulary_));
+  if (grammars_.size() > kGrammarCacheEntries) grammars_.pop_back();
+  return grammars_.front().second;
+}
+
+void StepExecutor::StartGrammar(const v1::GrammarConstraint& constraint, SeqState* s) {
+  if (vocabulary_ == nullptr) {
+    s->grammar_error = "this worker has no vocabulary for grammar constraints";
+    return;
+  }
+  absl::StatusOr<std::shared_ptr<structured::TokenGrammar>> grammar = GrammarFor(constraint.gbnf());
+  absl::StatusOr<structured::GrammarMatcher> matcher =
+      grammar.ok() ? structured::GrammarMatcher::Create(
+                         *grammar, {constraint.end_token_ids().begin(), constraint.end_token_ids().end()})
+                   : absl::StatusOr<structured::GrammarMatcher>(grammar.status());
+  if (!matcher.ok()) {
+    s->grammar_error = absl::StrCat("grammar: ", matcher.status().message());
+    return;
+  }
+  s->grammar.emplace(*std::move(matcher));
+  // A preempted sequence comes back with its output: replay it.
+  for (size_t i = s->prompt_len; i < s->tokens.size(); ++i) {
+    if (absl::Status a = s->grammar->Accept(s->tokens[i]); !a.ok()) {
+      s->grammar_error = std::string(a.message());
+      return;
+    }
+  }
+}
+
+absl::Status StepExecutor::PrepareRowGrammars(const std::vector<SeqState*>& scheduled,
+                                              const std::vector<int>& first_row,
+                                              const std::vector<DraftProposal>& proposals,
+                                              std::vector<RowGrammar>* rows) {
+  for (size_t i = 0; i < scheduled.size(); ++i) {
+    SeqState& s = *scheduled[i];
+    if (first_row[i] < 0 || !s.grammar.has_value() || !s.grammar_error.empty()) continue;
+    structured::GrammarMatcher& m = *s.grammar;
+    structured::GrammarMatcher::StateId state =
+        m.finished() ? structured::kFinishedState : m.state();
+    const std::vector<int32_t>& drafts = proposals[i].tokens;
+    // Row r scores the token after drafts[0, r): its state follows them without moving
+    // the matcher, which advances only on what the coordinator confirms as accepted.
+    for (size_t r = 0; r <= drafts.size(); ++r) {
+      RowGrammar& row = (*rows)[first_row[i] + r];
+      row.matcher = &m;
+      row.state = state;
+      if (state >= 0 && state != structured::GrammarAutomaton::kDead) {
+        absl::StatusOr<std::shared_ptr<const structured::TokenBitmask>> mask =
+            m.grammar().Mask(state);
+        if (!mask.ok()) {
+          s.grammar_error = std::string(mask.status().message());
+          break;
+        }
+      }
+      if (r < drafts.size()) {
+        ASSIGN_OR_RETURN(state, m.Peek(state, {drafts[r]}));
+      }
+    }
+  }
+  return absl::OkStatus();
+}
 
 absl::Status StepExecutor::Apply(const v1::StepRequest& request) {
   for (uint64_t id : request.finished_seq_ids()) {
@@ -48,6 +155,9 @@ absl::Status StepExecutor::Apply(const v1::StepRequest& request) {
     s.prompt_len = static_cast<int>(n.prompt_len());
     s.num_computed = static_cast<int>(n.num_computed_tokens());
     s.sampling = FromProto(n.sampling());
+    s.constrained = n.has_grammar() && !n.grammar().gbnf().empty();
+    // Only rank 0 samples, so only it follows grammars.
+    if (s.constrained && model_->layout().rank == 0) StartGrammar(n.grammar(), &s);
     seqs_[n.seq_id()] = std::move(s);
   }
   for (const v1::CachedSequence& c : request.cached_sequences()) {
@@ -59,6 +169,14 @@ absl::Status StepExecutor::Apply(const v1::StepRequest& request) {
     }
     SeqState& s = it->second;
     s.tokens.insert(s.tokens.end(), c.new_token_ids().begin(), c.new_token_ids().end());
+    if (s.grammar.has_value() && s.grammar_error.empty()) {
+      for (const int32_t id : c.new_token_ids()) {
+        if (absl::Status a = s.grammar->Accept(id); !a.ok()) {
+          s.grammar_error = std::string(a.message());
+          break;
+        }
+      }
+    }
     s.blocks.insert(s.blocks.end(), c.new_block_ids().begin(), c.new_block_ids().end());
     s.num_computed = static_cast<int>(c.num_computed_tokens());
   }
@@ -184,22 +302,43 @@ absl::Status StepExecutor::Execute(const v1::StepRequest& request, v1::StepRespo
   kernels::Backend& backend = *model_->backend();
   const bool speculating = std::any_of(proposals.begin(), proposals.end(),
                                        [](const DraftProposal& p) { return !p.tokens.empty(); });
+  // Grammar masks apply to host rows, so a constrained row keeps the step on the host
+  // (every rank knows which sequences are constrained and decides alike).
   const bool on_device =
       backend.HasDeviceSampler() && !speculating &&
-      std::all_of(logits_seq.begin(), logits_seq.end(),
-                  [&](int i) { return scheduled[i]->sampling.num_logprobs == 0; });
+      std::all_of(logits_seq.begin(), logits_seq.end(), [&](int i) {
+        return scheduled[i]->sampling.num_logprobs == 0 && !scheduled[i]->constrained;
+      });
   const float* device_logits = nullptr;
+  // The grammar states of the constrained rows and their masks (cached per state) are
+  // worked out on another thread while the forward pass runs.
+  std::vector<RowGrammar> row_grammars(logits_seq.size());
+  std::future<absl::Status> grammar_work;
+  if (model_->layout().rank == 0 &&
+      std::any_of(scheduled.begin(), scheduled.end(),
+                  [](const SeqState* s) { return s->grammar.has_value(); })) {
+    grammar_work = std::async(std::launch::async, [&] {
+      return PrepareRowGrammars(scheduled, first_row, proposals, &row_grammars);
+    });
+  }
   const auto start = std::chrono::steady_clock::now();
-  RETURN_IF_ERROR(
-      model_->Forward(batch, cache_.get(), &logits_, on_device ? &device_logits : nullptr));
+  absl::Status forward =
+      model_->Forward(batch, cache_.get(), &logits_, on_device ? &device_logits : nullptr);
   response->set_forward_seconds(
       std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
+  if (grammar_work.valid()) {
+    absl::Status prepared = grammar_work.get();
+    RETURN_IF_ERROR(forward);
+    RETURN_IF_ERROR(prepared);
+  }
+  RETURN_IF_ERROR(forward);
 
   // Every rank holds the full logits; rank 0 samples and answers for the group.
   if (model_->layout().rank != 0) return absl::OkStatus();
   const size_t vocab = model_->config().vocab_size;
   // Tokens per scheduled sequence that samples (one, or with speculation up to 1 + drafts).
   std::vector<std::vector<SampledToken>> drawn(scheduled.size());
+  std::vector<std::string> errors(scheduled.size());
   if (on_device) {
     std::vector<kernels::DeviceSamplingRow> rows(logits_seq.size());
     std::vector<int32_t> penalty_tokens;
@@ -229,7 +368,21 @@ absl::Status StepExecutor::Execute(const v1::StepRequest& request, v1::StepRespo
       const SeqState& s = *scheduled[i];
       const uint64_t step = s.tokens.size() - s.prompt_len;  // Index of the token drawn.
       const DraftProposal& proposal = proposals[i];
-      const float* rows = logits_.data() + static_cast<size_t>(first_row[i]) * vocab;
+      float* rows = logits_.data() + static_cast<size_t>(first_row[i]) * vocab;
+      if (s.grammar.has_value() || !s.grammar_error.empty()) {
+        absl::Status masked = s.grammar_error.empty()
+                                  ? MaskRows(row_grammars, first_row[i], proposal.tokens.size() + 1,
+                                             vocab, rows)
+                                  : absl::FailedPreconditionError(s.grammar_error);
+        if (!masked.ok()) {
+          // This sequence alone fails; the rest of the step goes on.
+          SampledToken failed;
+          failed.id = -1;
+          drawn[i].push_back(failed);
+          errors[i] = std::string(masked.message());
+          continue;
+        }
+      }
       if (proposal.tokens.empty()) {
         drawn[i].push_back(SampleToken(absl::MakeConstSpan(rows, vocab), s.sampling, s.tokens,
                                        s.prompt_len, step));
@@ -250,6 +403,7 @@ absl::Status StepExecutor::Execute(const v1::StepRequest& request, v1::StepRespo
       out->set_seq_id(request.scheduled_seq_ids(i));
       out->set_token_id(t.id);
       out->set_logprob(t.logprob);
+      if (!errors[i].empty()) out->set_error(errors[i]);
       for (const auto& [id, lp] : t.top_logprobs) {
         out->add_top_ids(id);
         out->add_top_logprobs(lp);

@@ -252,6 +252,14 @@ grpc::Status WorkerServiceImpl::LoadShard(grpc::ServerContext*, const v1::LoadSh
     draft_model_ = std::move(*draft);
   }
   speculative_method_ = method;
+  // Rank 0 samples, so it alone needs each token's bytes for grammar masks.
+  vocabulary_.reset();
+  if (request->token_bytes_size() > 0 && model_->layout().rank == 0) {
+    const std::vector<int32_t> specials(request->special_token_ids().begin(),
+                                        request->special_token_ids().end());
+    vocabulary_ = structured::TokenVocabulary::Build(
+        {request->token_bytes().begin(), request->token_bytes().end()}, specials);
+  }
   prompt_lookup_min_ = static_cast<int>(request->prompt_lookup_min());
   prompt_lookup_max_ = static_cast<int>(request->prompt_lookup_max());
   const int block_size = request->block_size() > 0 ? static_cast<int>(request->block_size()) : 16;
@@ -314,7 +322,8 @@ grpc::Status WorkerServiceImpl::InitCache(grpc::ServerContext*, const v1::InitCa
   }
   response->set_kv_cache_bytes(cache_bytes);
   if (options_.metrics != nullptr) options_.metrics->CacheAllocated(cache_bytes);
-  executor_ = std::make_unique<StepExecutor>(model_.get(), std::move(*cache), std::move(proposer));
+  executor_ = std::make_unique<StepExecutor>(model_.get(), std::move(*cache), std::move(proposer),
+                                             vocabulary_);
   in_group_ = true;
   return grpc::Status::OK;
 }

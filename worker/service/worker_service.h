@@ -7,6 +7,7 @@
 
 #include "absl/base/thread_annotations.h"
 #include "absl/synchronization/mutex.h"
+#include "common/structured/token_vocabulary.h"
 #include "common/rendezvous/kv_store_security.h"
 #include "kernels/backend.h"
 #include "tessera/v1/worker.grpc.pb.h"
@@ -58,6 +59,7 @@ class WorkerServiceImpl final : public v1::Worker::Service {
   // Speculative decoding, as the last LoadShard asked: the draft model (method "draft")
   // and the settings each InitCache builds the proposer from.
   std::unique_ptr<LlamaModel> draft_model_ ABSL_GUARDED_BY(mu_);
+  std::shared_ptr<const structured::TokenVocabulary> vocabulary_ ABSL_GUARDED_BY(mu_);
   std::string speculative_method_ ABSL_GUARDED_BY(mu_);
   int prompt_lookup_min_ ABSL_GUARDED_BY(mu_) = 0;
   int prompt_lookup_max_ ABSL_GUARDED_BY(mu_) = 0;

@@ -1,6 +1,8 @@
 #include "common/chat_template/chat_template.h"
 
+#include <cstdint>
 #include <ctime>
+#include <limits>
 #include <utility>
 
 #include "absl/status/status.h"
@@ -51,10 +53,57 @@ absl::StatusOr<std::string> CutAfterFinalMessage(std::string rendered, const std
   return rendered;
 }
 
+// JSON as the Python objects json.loads gives a template: dicts keep their key order.
+Value FromJson(const nlohmann::ordered_json& j) {
+  switch (j.type()) {
+    case nlohmann::ordered_json::value_t::boolean:
+      return Value(j.get<bool>());
+    case nlohmann::ordered_json::value_t::number_integer:
+      return Value(j.get<int64_t>());
+    case nlohmann::ordered_json::value_t::number_unsigned:
+      // Python's ints have no bound; past int64 the nearest double is the best on offer.
+      if (j.get<uint64_t>() > static_cast<uint64_t>(std::numeric_limits<int64_t>::max())) return Value(j.get<double>());
+      return Value(static_cast<int64_t>(j.get<uint64_t>()));
+    case nlohmann::ordered_json::value_t::number_float:
+      return Value(j.get<double>());
+    case nlohmann::ordered_json::value_t::string:
+      return Value(j.get<std::string>());
+    case nlohmann::ordered_json::value_t::array: {
+      jinja::ValueList items;
+      items.reserve(j.size());
+      for (const auto& item : j) items.push_back(FromJson(item));
+      return Value::List(std::move(items));
+    }
+    case nlohmann::ordered_json::value_t::object: {
+      jinja::ValueDict items;
+      items.reserve(j.size());
+      for (const auto& [key, item] : j.items()) items.emplace_back(key, FromJson(item));
+      return Value::Dict(std::move(items));
+    }
+    default:
+      return Value::MakeNone();
+  }
+}
+
+Value MessageValue(const ChatMessage& m) {
+  jinja::ValueDict items = {{"role", Value(m.role)}, {"content", Value(m.content)}};
+  if (m.fields.is_object()) {
+    for (const auto& [key, item] : m.fields.items()) {
+      if (key != "role" && key != "content") items.emplace_back(key, FromJson(item));
+    }
+  }
+  return Value::Dict(std::move(items));
+}
+
 class JinjaChatTemplate : public ChatTemplate {
  public:
-  JinjaChatTemplate(jinja::Program program, std::string bos_token, std::string eos_token)
-      : program_(std::move(program)), bos_token_(std::move(bos_token)), eos_token_(std::move(eos_token)) {}
+  JinjaChatTemplate(std::string source, jinja::Program program, std::string bos_token, std::string eos_token)
+      : source_(std::move(source)),
+        program_(std::move(program)),
+        bos_token_(std::move(bos_token)),
+        eos_token_(std::move(eos_token)) {}
+
+  const std::string& source() const override { return source_; }
 
   absl::StatusOr<std::string> Render(const std::vector<ChatMessage>& messages,
                                      const ChatRenderOptions& options) const override {
@@ -63,13 +112,13 @@ class JinjaChatTemplate : public ChatTemplate {
     jinja::AddStandardGlobals(&globals);
     jinja::ValueList message_values;
     for (const ChatMessage& m : messages) {
-      message_values.push_back(Value::Dict({{"role", Value(m.role)}, {"content", Value(m.content)}}));
+      message_values.push_back(MessageValue(m));
     }
     globals["messages"] = Value::List(std::move(message_values));
     globals["add_generation_prompt"] = Value(options.add_generation_prompt);
     globals["bos_token"] = Value(bos_token_);
     globals["eos_token"] = Value(eos_token_);
-    globals["tools"] = Value::MakeNone();
+    globals["tools"] = options.tools.is_null() ? Value::MakeNone() : FromJson(options.tools);
     globals["documents"] = Value::MakeNone();
     if (options.date_string.has_value()) globals["date_string"] = Value(*options.date_string);
     const auto now = options.now.value_or(std::chrono::system_clock::now());
@@ -92,6 +141,7 @@ class JinjaChatTemplate : public ChatTemplate {
   }
 
  private:
+  std::string source_;
   jinja::Program program_;
   std::string bos_token_;
   std::string eos_token_;
@@ -130,7 +180,7 @@ absl::StatusOr<std::unique_ptr<ChatTemplate>> ChatTemplate::FromSource(std::stri
                                                                        std::string eos_token) {
   ASSIGN_OR_RETURN(jinja::Program program, jinja::Parse(source));
   return std::unique_ptr<ChatTemplate>(
-      new JinjaChatTemplate(std::move(program), std::move(bos_token), std::move(eos_token)));
+      new JinjaChatTemplate(std::move(source), std::move(program), std::move(bos_token), std::move(eos_token)));
 }
 
 namespace {

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "nlohmann/json.hpp"
 
 // A model's chat template (Hugging Face `chat_template`, a Jinja template) rendered by
 // Tessera's own Jinja-subset engine, so instruct models are prompted the way they were
@@ -18,6 +19,10 @@ namespace tessera {
 struct ChatMessage {
   std::string role;     // "system", "user", "assistant", "tool", ...
   std::string content;  // UTF-8; may be empty.
+  // The message's other fields, which the template sees as message.<key> after role and
+  // content, in this order (Hugging Face hands templates the message dict whole): an
+  // assistant's tool_calls, a tool result's tool_call_id and name. Null or an object.
+  nlohmann::ordered_json fields = nullptr;
 };
 
 struct ChatRenderOptions {
@@ -33,6 +38,10 @@ struct ChatRenderOptions {
   // Passed as the template variable `date_string` when set (Llama 3.x templates print
   // it as "Today Date"); Hugging Face leaves it undefined by default.
   std::optional<std::string> date_string;
+  // The template variable `tools`: the function definitions a tool-calling request offers
+  // ([{"type": "function", "function": {name, description, parameters}}], as Hugging
+  // Face's apply_chat_template(tools=...) passes them). Null: None, as without tools.
+  nlohmann::ordered_json tools = nullptr;
 };
 
 class ChatTemplate {
@@ -55,6 +64,9 @@ class ChatTemplate {
                                                                     const std::filesystem::path& template_file);
 
   virtual ~ChatTemplate() = default;
+
+  // The Jinja source, for what can be told from it (a model family's tool-call format).
+  virtual const std::string& source() const = 0;
 
   // The prompt text for `messages`. InvalidArgument with the template's own message for
   // raise_exception (e.g. roles that do not alternate) and for render errors. Safe to call

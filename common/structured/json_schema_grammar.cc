@@ -56,7 +56,9 @@ constexpr Helper kHelpers[] = {
     {"object",
      R"("{" $space ( $string ":" $space $value ( "," $space $string ":" $space $value )* )? "}" $space)"},
     {"array", R"("[" $space ( $value ( "," $space $value )* )? "]" $space)"},
-    {"date", R"([0-9]{4} "-" ( "0" [1-9] | "1" [0-2] ) "-" ( "0" [1-9] | [12] [0-9] | "3" [01] ))"},
+    // Days by month, so no impossible date ("2023-11-31") is written; February stops at
+    // the 28th (the 29th would need the year's leap rule).
+    {"date", R"([1-9] [0-9]{3} "-" ( ( "0" [13578] | "1" [02] ) "-" ( "0" [1-9] | [12] [0-9] | "3" [01] ) | ( "0" [469] | "11" ) "-" ( "0" [1-9] | [12] [0-9] | "30" ) | "02" "-" ( "0" [1-9] | "1" [0-9] | "2" [0-8] ) ))"},
     {"time",
      R"(( [01] [0-9] | "2" [0-3] ) ":" [0-5] [0-9] ":" [0-5] [0-9] ( "." [0-9]{1,9} )? ( "Z" | [+\x2D] ( [01] [0-9] | "2" [0-3] ) ":" [0-5] [0-9] ))"},
     {"date-time", R"($date "T" $time)"},

@@ -1,18 +1,20 @@
 #include "common/tokenizer/token_bytes.h"
 
+#include <cctype>
+
 namespace tessera {
 
 std::vector<std::string> TokenByteStrings(const Tokenizer& tokenizer) {
   const int32_t n = tokenizer.vocab_size();
   // Decoding after a plain anchor token shows a token as it is mid-text: decoders that
   // drop the first piece's leading space (SentencePiece) drop it from the anchor only.
+  // Any ordinary single-character token serves (small SentencePiece vocabularies spell
+  // "a" as "▁" + "a", so the encoder is no help finding one).
   int32_t anchor = -1;
-  for (const char* piece : {"a", "e", "t"}) {
-    const std::vector<int32_t> ids = tokenizer.Encode(piece, /*add_special_tokens=*/false);
-    if (ids.size() == 1) {
-      anchor = ids[0];
-      break;
-    }
+  for (int32_t id = 0; id < n && anchor < 0; ++id) {
+    if (tokenizer.IsSpecial(id)) continue;
+    const std::string text = tokenizer.Decode({id}, false);
+    if (text.size() == 1 && std::isalnum(static_cast<unsigned char>(text[0]))) anchor = id;
   }
   std::vector<std::string> bytes(n);
   const std::string prefix = anchor >= 0 ? tokenizer.Decode({anchor}, false) : std::string();

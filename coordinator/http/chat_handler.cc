@@ -9,6 +9,8 @@
 #include "coordinator/http/completions_handler.h"
 #include "coordinator/http/generation_call.h"
 #include "coordinator/http/openai_response.h"
+#include "coordinator/http/tool_call_grammar.h"
+#include "coordinator/http/tool_calls.h"
 #include "coordinator/metrics/engine_metrics.h"
 
 namespace tessera::http {
@@ -38,6 +40,34 @@ ApiError NoTemplate(const OpenAiServing& serving) {
 }
 
 }  // namespace
+
+absl::Status PrepareToolCalling(const OpenAiServing& serving, OpenAiRequest* request, ChatRenderOptions* options) {
+  ToolCallFormat format = DetectToolCallFormat(serving.chat_template->source());
+  if (!serving.tool_call_format.empty()) {
+    absl::StatusOr<ToolCallFormat> named = ToolCallFormatFromName(serving.tool_call_format);
+    if (!named.ok()) return named.status();
+    format = *named;
+  }
+  // Tool calls in the history are the family's to render, with or without tools now.
+  AdaptToolCallIds(format, &request->messages);
+  const ToolRequest& tools = request->tools;
+  if (tools.tools.is_null()) return absl::OkStatus();
+  // Rendered even under tool_choice "none", as vLLM does: the model knows of them and is
+  // not asked to call.
+  options->tools = tools.tools;
+  if (tools.choice == ToolChoice::kNone) return absl::OkStatus();
+  ToolCallParsing parsing;
+  parsing.format = format;
+  parsing.forced = tools.choice == ToolChoice::kRequired || tools.choice == ToolChoice::kNamed;
+  parsing.marker_token_id = SpecialMarkerId(format, *serving.tokenizer);
+  if (parsing.forced) {
+    absl::StatusOr<std::string> grammar = ToolChoiceGrammar(format, tools);
+    if (!grammar.ok()) return grammar.status();
+    request->generate.mutable_constraint()->set_grammar(*std::move(grammar));
+  }
+  request->tool_parsing = parsing;
+  return absl::OkStatus();
+}
 
 absl::Status PrepareChatPrompt(const OpenAiServing& serving, const std::string& rendered, OpenAiRequest* request) {
   return PrepareChatPrompt(serving, RenderedChat{rendered, {}}, request);
@@ -102,6 +132,10 @@ void HandleChatCompletions(std::shared_ptr<HttpExchange> exchange, const OpenAiS
   }
   ChatRenderOptions options;
   options.add_generation_prompt = true;
+  if (absl::Status s = PrepareToolCalling(*serving, &*request, &options); !s.ok()) {
+    Reject(*exchange, *serving, ToApiError(s, Endpoint::kChatCompletions), "invalid_argument");
+    return;
+  }
   auto rendered = RenderChat(request->messages, options, *serving->chat_template, *serving->tokenizer,
                              limits.chat_plain_special_tokens);
   if (!rendered.ok()) {

@@ -9,11 +9,13 @@
 #include <utility>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "common/grpc_status.h"
 #include "coordinator/api/response_building.h"
 #include "coordinator/engine/request_stream.h"
 #include "coordinator/http/sse_writer.h"
+#include "coordinator/http/tool_call_stream.h"
 
 namespace tessera::http {
 namespace {
@@ -44,6 +46,7 @@ class GenerationCall : public std::enable_shared_from_this<GenerationCall> {
                         std::chrono::system_clock::now().time_since_epoch())
                         .count();
     meta_.model = serving_->served_model;
+    if (request_.tool_parsing.has_value() && request_.stream) tool_stream_.emplace(*request_.tool_parsing);
   }
 
   void Start() {
@@ -98,7 +101,7 @@ class GenerationCall : public std::enable_shared_from_this<GenerationCall> {
     }
     std::vector<TokenLogprobText> logprobs = LogprobTexts(*e);
     if (!request_.stream) {
-      text_ += e->text;
+      text_ += ParseText(*e);
       for (TokenLogprobText& t : logprobs) logprobs_.push_back(std::move(t));
       if (e->finished) RespondWhole(*e);
       return;
@@ -112,8 +115,15 @@ class GenerationCall : public std::enable_shared_from_this<GenerationCall> {
     if (request_.logprobs) lp = chat ? ChatLogprobs(logprobs_) : CompletionLogprobs(logprobs_, 0);
     const char* reason = FinishReasonString(e.finish_reason);
     json usage = Usage(e.prompt_tokens, e.completion_tokens);
-    const json body = chat ? ChatCompletionResponse(meta_, text_, std::move(lp), reason, std::move(usage))
-                           : CompletionResponse(meta_, text_, std::move(lp), reason, std::move(usage));
+    std::optional<ParsedToolCalls> calls;
+    if (request_.tool_parsing.has_value()) {
+      calls = ParseToolCalls(request_.tool_parsing->format, text_, request_.tool_parsing->forced);
+    }
+    const json body =
+        !chat ? CompletionResponse(meta_, text_, std::move(lp), reason, std::move(usage))
+        : calls.has_value()
+            ? ChatCompletionResponse(meta_, calls->content, std::move(lp), "tool_calls", std::move(usage), calls->calls)
+            : ChatCompletionResponse(meta_, text_, std::move(lp), reason, std::move(usage));
     exchange_->Respond(200, Dump(body));
     Done();
   }
@@ -129,18 +139,34 @@ class GenerationCall : public std::enable_shared_from_this<GenerationCall> {
         out += SseEvent(Dump(ChatChunk(meta_, /*with_role=*/true, &empty, nullptr, nullptr, request_.include_usage)));
       }
     }
+    // With tools, text that may be a call is held until the end, then sent as calls or
+    // as the content it turned out to be.
+    std::string text = tool_stream_.has_value() ? tool_stream_->Push(ParseText(e)) : e.text;
+    std::vector<ToolCall> calls;
+    if (e.finished && tool_stream_.has_value()) {
+      ToolCallStream::End end = tool_stream_->Finish();
+      text += end.content;
+      calls = std::move(end.calls);
+    }
     const char* reason = e.finished ? FinishReasonString(e.finish_reason) : nullptr;
-    if (!e.text.empty() || !logprobs.empty() || e.finished) {
+    if (!text.empty() || !logprobs.empty() || (e.finished && calls.empty())) {
       json lp = nullptr;
       if (request_.logprobs) {
         lp = chat ? ChatLogprobs(logprobs) : CompletionLogprobs(logprobs, streamed_bytes_);
       }
-      streamed_bytes_ += e.text.size();
+      streamed_bytes_ += text.size();
       // The last chunk of a chat stream has an empty delta unless text came with the end.
-      const json chunk = chat ? ChatChunk(meta_, false, e.text.empty() && e.finished ? nullptr : &e.text,
-                                          std::move(lp), reason, request_.include_usage)
-                              : CompletionChunk(meta_, e.text, std::move(lp), reason, request_.include_usage);
+      const char* chunk_reason = calls.empty() ? reason : nullptr;
+      const json chunk = chat ? ChatChunk(meta_, false, text.empty() && e.finished ? nullptr : &text, std::move(lp),
+                                          chunk_reason, request_.include_usage)
+                              : CompletionChunk(meta_, text, std::move(lp), chunk_reason, request_.include_usage);
       out += SseEvent(Dump(chunk));
+    }
+    if (!calls.empty()) {
+      for (json& delta : ToolCallDeltas(calls)) {
+        out += SseEvent(Dump(ChatToolCallChunk(meta_, std::move(delta), request_.include_usage)));
+      }
+      out += SseEvent(Dump(ChatChunk(meta_, false, nullptr, nullptr, "tool_calls", request_.include_usage)));
     }
     if (e.finished) {
       if (request_.include_usage) {
@@ -181,6 +207,18 @@ class GenerationCall : public std::enable_shared_from_this<GenerationCall> {
       if (ok) self->exchange_->EndStream();
       self->Done();
     });
+  }
+
+  // The event's text as tool-call parsing reads it: with the family's marker put back
+  // where its special-token id was generated (decoding skips special tokens).
+  std::string ParseText(const RequestEvent& e) const {
+    if (!request_.tool_parsing.has_value() || request_.tool_parsing->marker_token_id < 0) return e.text;
+    for (int32_t id : e.token_ids) {
+      if (id == request_.tool_parsing->marker_token_id) {
+        return absl::StrCat(ToolCallMarker(request_.tool_parsing->format), e.text);
+      }
+    }
+    return e.text;
   }
 
   // Each token's text in context (the decode of the tokens before it, plus it, minus the
@@ -236,6 +274,7 @@ class GenerationCall : public std::enable_shared_from_this<GenerationCall> {
   OpenAiRequest request_;
   ResponseMeta meta_;
   std::shared_ptr<RequestStream> stream_;
+  std::optional<ToolCallStream> tool_stream_;  // A streamed chat whose output may be tool calls.
   bool holds_slot_ = false;
   bool started_ = false;
   uint64_t seq_id_ = 0;

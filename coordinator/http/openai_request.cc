@@ -9,24 +9,14 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "common/memory_releaser.h"
+#include "coordinator/http/json_params.h"
+#include "coordinator/http/structured_output_params.h"
 #include "nlohmann/json.hpp"
 
 namespace tessera::http {
 namespace {
 
 using json = nlohmann::json;
-
-// A field that is absent or null is "not given" (clients send null for unset options).
-const json* Field(const json& body, const char* name) {
-  auto it = body.find(name);
-  if (it == body.end() || it->is_null()) return nullptr;
-  return &*it;
-}
-
-absl::Status TypeError(absl::string_view param, absl::string_view expected, const json& value) {
-  return InvalidParam(param, absl::StrCat(param, " must be ", expected, ", got ", value.type_name(), " ",
-                                          value.dump(-1, ' ', false, json::error_handler_t::replace)));
-}
 
 absl::Status Number(const json& body, const char* name, std::optional<double>* out) {
   const json* v = Field(body, name);
@@ -102,7 +92,14 @@ absl::Status ParsePrompt(const json& body, v1::GenerateRequest* g) {
   return absl::OkStatus();
 }
 
-absl::Status ParseMessages(const json& body, std::vector<ChatMessage>* out) {
+// Whether a message carries fields past role and content (tool calling).
+bool HasToolFields(const json& message) {
+  return message.is_object() &&
+         (message.contains("tool_calls") || message.contains("tool_call_id") || message.contains("name"));
+}
+
+// `ordered` is the body's order-keeping parse, when one was made.
+absl::Status ParseMessages(const json& body, const nlohmann::ordered_json* ordered, std::vector<ChatMessage>* out) {
   const json* m = Field(body, "messages");
   if (m == nullptr) return InvalidParam("messages", "messages is required");
   if (!m->is_array()) return TypeError("messages", "a list of messages", *m);
@@ -134,6 +131,10 @@ absl::Status ParseMessages(const json& body, std::vector<ChatMessage>* out) {
         return InvalidParam("messages", absl::StrCat(where, ".content must be a string or a list of text parts"));
       }
     }
+    if (HasToolFields(msg)) {
+      const nlohmann::ordered_json one = ordered != nullptr ? (*ordered)["messages"][i] : nlohmann::ordered_json(msg);
+      if (absl::Status s = ParseMessageToolFields(one, i, &cm); !s.ok()) return s;
+    }
     out->push_back(std::move(cm));
   }
   return absl::OkStatus();
@@ -152,6 +153,24 @@ absl::Status ParseStop(const json& body, v1::StoppingCriteria* st) {
     st->add_stop(one.get<std::string>());
   }
   return absl::OkStatus();
+}
+
+// Whether the body has fields read from the order-keeping parse.
+bool NeedsKeyOrder(const json& body, bool chat) {
+  for (const char* name : {"response_format", "guided_json", "guided_regex", "guided_choice", "guided_grammar",
+                           "structured_outputs"}) {
+    if (Field(body, name) != nullptr) return true;
+  }
+  if (!chat) return false;
+  for (const char* name : {"tools", "tool_choice", "parallel_tool_calls"}) {
+    if (Field(body, name) != nullptr) return true;
+  }
+  const json* messages = Field(body, "messages");
+  if (messages == nullptr || !messages->is_array()) return false;
+  for (const json& m : *messages) {
+    if (m.is_object() && m.contains("tool_calls")) return true;
+  }
+  return false;
 }
 
 // The tessera.v1 field a request_validation message starts with, renamed.
@@ -263,8 +282,28 @@ absl::StatusOr<OpenAiRequest> ParseOpenAiRequest(absl::string_view body, Endpoin
     if (!m->is_string()) return TypeError("model", "a string", *m);
     r.model = m->get<std::string>();
   }
+  // Schemas and tools reach the model (their property order shapes a constrained output
+  // and the prompt), so they are read from a parse that keeps the client's key order.
+  std::optional<nlohmann::ordered_json> ordered;
+  if (NeedsKeyOrder(j, chat)) {
+    absl::StatusOr<nlohmann::ordered_json> parsed = ParseOrderedJson(body, "the request body");
+    if (!parsed.ok()) return InvalidParam("", parsed.status().message());
+    ordered = *std::move(parsed);
+    v1::Constraint constraint;
+    if (absl::Status s = ParseStructuredOutputs(*ordered, &constraint); !s.ok()) return s;
+    if (constraint.kind_case() != v1::Constraint::KIND_NOT_SET) *g.mutable_constraint() = std::move(constraint);
+    if (chat) {
+      if (absl::Status s = ParseToolRequest(*ordered, &r.tools); !s.ok()) return s;
+    }
+    if (g.has_constraint() && (r.tools.choice == ToolChoice::kRequired || r.tools.choice == ToolChoice::kNamed)) {
+      return InvalidParam("tool_choice", "a tool_choice that forces a call constrains the output itself, so it "
+                                         "cannot be combined with response_format or a guided_* constraint");
+    }
+  } else if (!chat && j.contains("tools")) {
+    return InvalidParam("tools", "tools are served on /v1/chat/completions");
+  }
   if (chat) {
-    if (absl::Status s = ParseMessages(j, &r.messages); !s.ok()) return s;
+    if (absl::Status s = ParseMessages(j, ordered.has_value() ? &*ordered : nullptr, &r.messages); !s.ok()) return s;
   } else {
     if (absl::Status s = ParsePrompt(j, &g); !s.ok()) return s;
   }

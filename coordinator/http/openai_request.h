@@ -10,6 +10,8 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "common/chat_template/chat_template.h"
+#include "coordinator/http/tool_calls.h"
+#include "coordinator/http/tool_request.h"
 #include "tessera/v1/generation.pb.h"
 
 namespace tessera::http {
@@ -32,9 +34,15 @@ struct OpenAiRequest {
   bool logprobs = false;
   int top_logprobs = 0;
   bool max_tokens_set = false;
+  // Chat: tools offered and how they may be called.
+  ToolRequest tools;
+  // Set by the chat handler when the output is to be parsed for tool calls (tools given,
+  // tool_choice not "none"): in the model family's format.
+  std::optional<ToolCallParsing> tool_parsing;
   // Everything that maps onto tessera.v1: input (completions), sampling, stopping,
   // logprobs (at least 1 when `logprobs`, since the engine reports the sampled token's
-  // logprob only alongside a top-n), priority.
+  // logprob only alongside a top-n), priority, and the structured-output constraint
+  // (response_format, guided_*, structured_outputs; a forced tool call's grammar).
   v1::GenerateRequest generate;
 };
 
@@ -59,8 +67,8 @@ inline constexpr size_t kMaxJsonValues = size_t{1} << 21;
 absl::Status CheckJsonShape(absl::string_view body);
 
 // Parses `body` (JSON). INVALID_ARGUMENT (with the param payload) for malformed JSON, a
-// wrong type, a missing required field, or a feature Tessera does not serve (n > 1, a
-// batch of prompts, echo, best_of > 1).
+// wrong type, a missing required field, conflicting constraints, or a feature Tessera
+// does not serve (n > 1, a batch of prompts, echo, best_of > 1, tools on completions).
 absl::StatusOr<OpenAiRequest> ParseOpenAiRequest(absl::string_view body, Endpoint endpoint,
                                                  int max_logprobs);
 

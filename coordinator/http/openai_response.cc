@@ -139,14 +139,27 @@ json CompletionResponse(const ResponseMeta& meta, const std::string& text, json 
           {"usage", std::move(usage)}};
 }
 
+json ToolCallsJson(const std::vector<ToolCall>& calls) {
+  json out = json::array();
+  for (const ToolCall& c : calls) {
+    out.push_back({{"id", c.id}, {"type", "function"}, {"function", {{"name", c.name}, {"arguments", c.arguments}}}});
+  }
+  return out;
+}
+
 json ChatCompletionResponse(const ResponseMeta& meta, const std::string& content, json logprobs,
-                            const char* finish_reason, json usage) {
+                            const char* finish_reason, json usage, const std::vector<ToolCall>& tool_calls) {
+  json message = {{"role", "assistant"}, {"content", content}};
+  if (!tool_calls.empty()) {
+    message["content"] = NullIfEmpty(content);
+    message["tool_calls"] = ToolCallsJson(tool_calls);
+  }
   return {{"id", meta.id},
           {"object", "chat.completion"},
           {"created", meta.created},
           {"model", meta.model},
           {"choices", json::array({{{"index", 0},
-                                    {"message", {{"role", "assistant"}, {"content", content}}},
+                                    {"message", std::move(message)},
                                     {"logprobs", std::move(logprobs)},
                                     {"finish_reason", finish_reason}}})},
           {"usage", std::move(usage)}};
@@ -179,6 +192,31 @@ json ChatChunk(const ResponseMeta& meta, bool with_role, const std::string* cont
                                           {"delta", std::move(delta)},
                                           {"logprobs", std::move(logprobs)},
                                           {"finish_reason", finish_reason == nullptr ? json(nullptr) : json(finish_reason)}}})}};
+  if (include_usage) chunk["usage"] = nullptr;
+  return chunk;
+}
+
+std::vector<json> ToolCallDeltas(const std::vector<ToolCall>& calls) {
+  std::vector<json> out;
+  for (size_t i = 0; i < calls.size(); ++i) {
+    out.push_back({{"index", i},
+                   {"id", calls[i].id},
+                   {"type", "function"},
+                   {"function", {{"name", calls[i].name}, {"arguments", ""}}}});
+    out.push_back({{"index", i}, {"function", {{"arguments", calls[i].arguments}}}});
+  }
+  return out;
+}
+
+json ChatToolCallChunk(const ResponseMeta& meta, json tool_call_delta, bool include_usage) {
+  json chunk = {{"id", meta.id},
+                {"object", "chat.completion.chunk"},
+                {"created", meta.created},
+                {"model", meta.model},
+                {"choices", json::array({{{"index", 0},
+                                          {"delta", {{"tool_calls", json::array({std::move(tool_call_delta)})}}},
+                                          {"logprobs", nullptr},
+                                          {"finish_reason", nullptr}}})}};
   if (include_usage) chunk["usage"] = nullptr;
   return chunk;
 }

@@ -61,8 +61,13 @@ nlohmann::json Usage(int prompt_tokens, int completion_tokens);
 // Non-streamed responses. `logprobs` is null when not asked for.
 nlohmann::json CompletionResponse(const ResponseMeta& meta, const std::string& text, nlohmann::json logprobs,
                                   const char* finish_reason, nlohmann::json usage);
+// With `tool_calls` (non-empty), the message carries them and its content is null unless
+// the model wrote text before the calls.
 nlohmann::json ChatCompletionResponse(const ResponseMeta& meta, const std::string& content,
-                                      nlohmann::json logprobs, const char* finish_reason, nlohmann::json usage);
+                                      nlohmann::json logprobs, const char* finish_reason, nlohmann::json usage,
+                                      const std::vector<ToolCall>& tool_calls = {});
+// [{id, type: "function", function: {name, arguments}}].
+nlohmann::json ToolCallsJson(const std::vector<ToolCall>& calls);
 
 // Stream chunks. `finish_reason` null until the last; `include_usage` adds "usage": null
 // to every chunk as OpenAI does, the usage itself coming in UsageChunk.
@@ -71,6 +76,12 @@ nlohmann::json CompletionChunk(const ResponseMeta& meta, const std::string& text
 // `role` only in the first chunk of a chat stream.
 nlohmann::json ChatChunk(const ResponseMeta& meta, bool with_role, const std::string* content,
                          nlohmann::json logprobs, const char* finish_reason, bool include_usage);
+// The deltas that stream `calls` as OpenAI does, each a `tool_calls` list entry: per call,
+// first {index, id, type, function: {name, arguments: ""}}, then {index, function:
+// {arguments}} with the whole arguments text (clients concatenate the fragments).
+std::vector<nlohmann::json> ToolCallDeltas(const std::vector<ToolCall>& calls);
+// A chat chunk whose delta is {"tool_calls": [tool_call_delta]}.
+nlohmann::json ChatToolCallChunk(const ResponseMeta& meta, nlohmann::json tool_call_delta, bool include_usage);
 nlohmann::json UsageChunk(const ResponseMeta& meta, Endpoint endpoint, nlohmann::json usage);
 
 nlohmann::json ModelList(const std::string& model, int64_t created, int max_model_len);

@@ -23,6 +23,9 @@ struct OpenAiServing {
   // says why: UNIMPLEMENTED (not built in), NOT_FOUND (the model has none), or a load error.
   const ChatTemplate* chat_template = nullptr;
   absl::Status chat_template_status;
+  // The tool-call format by vLLM's parser name ("llama3_json", "hermes", "mistral"); empty:
+  // told from the chat template.
+  std::string tool_call_format;
   // /health: whether a replica serves and the server is not draining.
   std::function<bool()> ready;
 };

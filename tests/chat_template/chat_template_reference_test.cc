@@ -21,6 +21,15 @@ std::chrono::system_clock::time_point FixedNow() {
   return std::chrono::system_clock::from_time_t(1721995200);
 }
 
+// A message as the HTTP API builds it: role and content, every other key a field.
+ChatMessage FromJson(const nlohmann::ordered_json& m) {
+  ChatMessage message{m["role"], m["content"]};
+  for (const auto& [key, value] : m.items()) {
+    if (key != "role" && key != "content") message.fields[key] = value;
+  }
+  return message;
+}
+
 class ReferenceTest : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
@@ -36,7 +45,9 @@ TEST_F(ReferenceTest, EveryCaseMatchesJinja2ByteForByte) {
   ASSERT_GT(expected["cases"].size(), 0u);
   int checked = 0;
   for (const nlohmann::json& c : expected["cases"]) {
+    const bool with_tools = c.contains("tools");
     const std::string name = c["template"].get<std::string>() + " / " + c["messages"].get<std::string>() +
+                             (with_tools ? " / tools " + c["tools"].dump() : "") +
                              (c["add_generation_prompt"].get<bool>() ? " / generation prompt" : "") +
                              (c["continue_final_message"].get<bool>() ? " / continue final message" : "");
     SCOPED_TRACE(name);
@@ -45,10 +56,21 @@ TEST_F(ReferenceTest, EveryCaseMatchesJinja2ByteForByte) {
     auto tmpl = ChatTemplate::FromSource(*source, c["bos_token"], c["eos_token"]);
     ASSERT_TRUE(tmpl.ok()) << tmpl.status();
     std::vector<ChatMessage> messages;
-    for (const nlohmann::json& m : expected["message_sets"][c["messages"].get<std::string>()]) {
-      messages.push_back({m["role"], m["content"]});
-    }
     ChatRenderOptions options;
+    if (with_tools) {
+      // Kept as JSON text in expected.json, whose own keys are sorted: key order reaches tojson.
+      for (const nlohmann::ordered_json& m : nlohmann::ordered_json::parse(
+               expected["tool_message_sets"][c["messages"].get<std::string>()].get<std::string>())) {
+        messages.push_back(FromJson(m));
+      }
+      if (!c["tools"].is_null()) {
+        options.tools = nlohmann::ordered_json::parse(expected["tool_sets"][c["tools"].get<std::string>()].get<std::string>());
+      }
+    } else {
+      for (const nlohmann::json& m : expected["message_sets"][c["messages"].get<std::string>()]) {
+        messages.push_back({m["role"], m["content"]});
+      }
+    }
     options.add_generation_prompt = c["add_generation_prompt"];
     options.continue_final_message = c["continue_final_message"];
     options.now = FixedNow();

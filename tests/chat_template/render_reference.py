@@ -80,6 +80,82 @@ MESSAGE_SETS = {
     "assistant_prefill": [m("user", "Write a haiku."), m("assistant", "  Autumn moon rises \n")],
 }
 
+# Tool calling, as the HTTP API hands it to templates: `tools` as the client sent them, an
+# assistant's tool_calls with function.arguments parsed from its JSON string (vLLM and
+# Hugging Face templates expect a dict), a tool result's tool_call_id and name. Ids are 9
+# characters, which the Mistral template insists on. Key order matters to tojson, so these
+# are stored in expected.json as JSON text (the file's own keys are sorted).
+WEATHER_TOOL = {
+    "type": "function",
+    "function": {
+        "name": "get_weather",
+        "description": "The current weather in a city.",
+        "parameters": {
+            "type": "object",
+            "properties": {
+                "city": {"type": "string", "description": "City name, e.g. Paris"},
+                "unit": {"type": "string", "enum": ["celsius", "fahrenheit"]},
+            },
+            "required": ["city"],
+        },
+    },
+}
+TIME_TOOL = {
+    "type": "function",
+    "function": {"name": "get_time", "description": "Local time in a time zone (für Zürich too).",
+                 "parameters": {"type": "object", "properties": {"zone": {"type": "string"}}}},
+}
+TOOL_SETS = {
+    "weather": [WEATHER_TOOL],
+    "weather_and_time": [WEATHER_TOOL, TIME_TOOL],
+}
+
+
+def call(call_id, name, arguments):
+    return {"id": call_id, "type": "function", "function": {"name": name, "arguments": arguments}}
+
+
+def assistant_calls(*calls, content=""):
+    return {"role": "assistant", "content": content, "tool_calls": list(calls)}
+
+
+def tool_result(call_id, name, content):
+    return {"role": "tool", "content": content, "tool_call_id": call_id, "name": name}
+
+
+TOOL_MESSAGE_SETS = {
+    "tools_offered": [m("system", "You are a helpful assistant."), m("user", "What's the weather in Paris?")],
+    "tool_call_round_trip": [
+        m("user", "What's the weather in Paris?"),
+        assistant_calls(call("aB3dE5gH7", "get_weather", {"city": "Paris", "unit": "celsius"})),
+        tool_result("aB3dE5gH7", "get_weather", "{\"temperature\": 21, \"sky\": \"clear\"}"),
+    ],
+    "tool_call_answered": [
+        m("system", "Be brief."),
+        m("user", "Weather in Zürich?"),
+        assistant_calls(call("zZ9yY8xX7", "get_weather", {"city": "Zürich", "nested": {"a": [1, 2.5, None, True]}})),
+        tool_result("zZ9yY8xX7", "get_weather", "sunny, 24°C"),
+        m("assistant", "Sunny and 24°C."),
+        m("user", "And the time?"),
+    ],
+    "parallel_tool_calls": [
+        m("user", "Weather and time in Paris?"),
+        assistant_calls(call("aaaaaaaa1", "get_weather", {"city": "Paris"}),
+                        call("bbbbbbbb2", "get_time", {"zone": "Europe/Paris"}), content="Checking both."),
+        tool_result("aaaaaaaa1", "get_weather", "rain"),
+        tool_result("bbbbbbbb2", "get_time", "14:05"),
+    ],
+}
+# (message set, tool set or None) rendered with every template.
+TOOL_CASES = [
+    ("tools_offered", "weather"),
+    ("tools_offered", "weather_and_time"),
+    ("tool_call_round_trip", "weather"),
+    ("tool_call_round_trip", None),
+    ("tool_call_answered", "weather_and_time"),
+    ("parallel_tool_calls", "weather_and_time"),
+]
+
 # Message sets also rendered with continue_final_message (their last turn is the assistant's).
 CONTINUE_SETS = ("assistant_prefill", "multi_turn")
 
@@ -146,6 +222,28 @@ def render_all():
                     # (UndefinedError, ...) are subclasses whose wording Tessera need not copy.
                     case["raised"] = type(e) is jinja2.exceptions.TemplateError
                 cases.append(case)
+        for set_name, tool_set in TOOL_CASES:
+            for add_generation_prompt in (True, False):
+                case = {
+                    "template": name,
+                    "messages": set_name,
+                    "tools": tool_set,
+                    "add_generation_prompt": add_generation_prompt,
+                    "continue_final_message": False,
+                    "bos_token": bos,
+                    "eos_token": eos,
+                }
+                kwargs = {"messages": TOOL_MESSAGE_SETS[set_name],
+                          "tools": TOOL_SETS[tool_set] if tool_set else None, "documents": None,
+                          "add_generation_prompt": add_generation_prompt, "eos_token": eos}
+                if bos:
+                    kwargs["bos_token"] = bos
+                try:
+                    case["output"] = template.render(**kwargs)
+                except jinja2.exceptions.TemplateError as e:
+                    case["error"] = str(e)
+                    case["raised"] = type(e) is jinja2.exceptions.TemplateError
+                cases.append(case)
     # Small templates aimed at the engine's corners (whitespace control above all),
     # rendered over the multi-turn conversation.
     with open(os.path.join(TESTDATA, "snippets.json"), encoding="utf-8") as f:
@@ -164,6 +262,8 @@ def render_all():
     return {
         "jinja2_version": jinja2.__version__,
         "message_sets": MESSAGE_SETS,
+        "tool_message_sets": {k: json.dumps(v, ensure_ascii=False) for k, v in TOOL_MESSAGE_SETS.items()},
+        "tool_sets": {k: json.dumps(v, ensure_ascii=False) for k, v in TOOL_SETS.items()},
         "cases": cases,
         "snippets": snippet_cases,
     }

@@ -8,6 +8,7 @@
 #include "absl/strings/str_cat.h"
 #include "common/file_util.h"
 #include "common/tokenizer/byte_level_alphabet.h"
+#include "common/tokenizer/token_bytes.h"
 #include "common/tokenizer/pre_tokenizer.h"
 #include "common/tokenizer/regex.h"
 #include "common/tokenizer/stream_decoder.h"
@@ -194,6 +195,17 @@ TEST(ByteLevelTokenizerTest, MergesAndIgnoreMerges) {
   EXPECT_THAT(whole->Encode("the cat", false), ElementsAre('t', 257, 259));
   EXPECT_EQ(whole->PieceForId(258), "\xC4\xA0the");  // "Ġthe"
   EXPECT_EQ(whole->IdForPiece("\xC4\xA0" "cat"), 259);
+}
+
+TEST(ByteLevelTokenizerTest, TokenByteStringsJoinToTheText) {
+  auto t = Load("bl_bytes", TinyByteLevel(WordsVocab(), /*ignore_merges=*/false));
+  ASSERT_NE(t, nullptr);
+  const std::vector<std::string> bytes = TokenByteStrings(*t);
+  EXPECT_EQ(bytes[258], " the");
+  const std::string text = "the cat \xC3\xA9\n";
+  std::string joined;
+  for (int32_t id : t->Encode(text, false)) joined += bytes[id];
+  EXPECT_EQ(joined, text);
 }
 
 TEST(ByteLevelTokenizerTest, AddedTokensAndPostProcessor) {

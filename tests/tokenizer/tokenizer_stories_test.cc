@@ -1,10 +1,12 @@
 #include "common/tokenizer/tokenizer.h"
 
+#include <algorithm>
 #include <string>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "common/file_util.h"
+#include "common/tokenizer/token_bytes.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
@@ -144,6 +146,33 @@ TEST_F(StoriesTokenizerTest, LongTextRoundTrips) {
   const std::vector<int32_t> ids = tok_->Encode(text);
   EXPECT_LT(ids.size(), text.size() / 2);  // Merges happened.
   EXPECT_EQ(tok_->Decode(ids), text);
+}
+
+}  // namespace
+}  // namespace tessera
+
+namespace tessera {
+namespace {
+
+// What grammar masks match tokens against: mid-text bytes, word-boundary spaces kept,
+// byte-fallback tokens as their raw byte, specials marked.
+TEST(TokenByteStringsTest, SentencePieceTokensKeepTheirSpaces) {
+  TESSERA_REQUIRE_STORIES_MODEL();
+  auto t = Tokenizer::Load(testing::StoriesModelDir());
+  ASSERT_TRUE(t.ok()) << t.status();
+  const std::vector<std::string> bytes = TokenByteStrings(**t);
+  ASSERT_EQ(static_cast<int32_t>(bytes.size()), (*t)->vocab_size());
+  EXPECT_EQ(bytes[(*t)->IdForPiece("<0x0A>")], "\n");
+  EXPECT_EQ(bytes[(*t)->IdForPiece("<0xC3>")], "\xC3");
+  for (const std::string text : {"Once upon a time, there was a big dog.", "a b  c\nd"}) {
+    std::string joined;
+    for (int32_t id : (*t)->Encode(text, /*add_special_tokens=*/false)) joined += bytes[id];
+    // The encoder's dummy prefix is the one space the decoder drops at the very start.
+    EXPECT_EQ(joined, " " + std::string(text));
+  }
+  const std::vector<int32_t> specials = SpecialTokenIds(**t);
+  EXPECT_NE(std::find(specials.begin(), specials.end(), (*t)->eos_id()), specials.end());
+  EXPECT_NE(std::find(specials.begin(), specials.end(), (*t)->bos_id()), specials.end());
 }
 
 }  // namespace

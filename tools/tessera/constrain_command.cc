@@ -26,7 +26,8 @@
 namespace tessera::cli {
 namespace {
 
-using Json = nlohmann::json;
+// ordered_json: a schema's properties keep the order it lists them in.
+using Json = nlohmann::ordered_json;
 using Clock = std::chrono::steady_clock;
 
 double Ms(Clock::time_point since) {

@@ -40,6 +40,7 @@
 #include "coordinator/http/openai_response.h"
 #include "coordinator/http/http_server.h"
 #include "coordinator/http/openai_api.h"
+#include "coordinator/http/tool_calls.h"
 #include "coordinator/metrics/engine_metrics.h"
 #include "grpcpp/ext/proto_server_reflection_plugin.h"
 #include "grpcpp/grpcpp.h"
@@ -73,6 +74,7 @@ int main(int argc, char** argv) {
   std::string metrics_host, log_format = "text", log_level = "info";
   std::string generation_config = "auto";
   std::string chat_template_file;
+  std::string tool_call_parser;
   tessera::FlagSet flags("tessera-coordinator",
                          "Serves tessera.v1.Generation over gRPC and drives tensor-parallel worker\n"
                          "groups: workers register on the cluster port and are formed into\n"
@@ -123,6 +125,9 @@ int main(int argc, char** argv) {
   flags.String("chat-template", &chat_template_file,
                "Jinja file that turns GenerateRequest.messages into the prompt, instead of the model's own "
                "template (chat_template.jinja or tokenizer_config.json's chat_template).");
+  flags.String("tool-call-parser", &tool_call_parser,
+               "How the model writes tool calls (OpenAI API tools): llama3_json, hermes or mistral; "
+               "default: told from the chat template.");
   flags.Float("router-load-weight", &load_weight, "Router: blocks of load worth one block of prefill.");
   flags.Int("heartbeat-ms", &heartbeat_ms, "Interval of worker health probes.");
   flags.Int("collective-timeout-ms", &collective_timeout_ms, "Timeout of every collective on the workers.");
@@ -482,6 +487,12 @@ int main(int argc, char** argv) {
     openai.created = std::chrono::duration_cast<std::chrono::seconds>(
                          std::chrono::system_clock::now().time_since_epoch()).count();
     openai.chat_template = chat_template.get();
+    if (!tool_call_parser.empty()) {
+      if (auto parsed = tessera::http::ToolCallFormatFromName(tool_call_parser); !parsed.ok()) {
+        return Fail(absl::StrCat("--tool-call-parser: ", parsed.status().message()));
+      }
+      openai.tool_call_format = tool_call_parser;
+    }
     openai.ready = [&metrics, &engine] { return !engine.draining() && metrics.readiness().Ready().ok; };
     openai_router = tessera::http::MakeOpenAiRouter(&openai);
     tessera::http::HttpServerOptions ho;

@@ -75,6 +75,7 @@ RequestRecord StreamOne(v1::Generation::Stub& stub, const RequestSpec& spec,
   request.mutable_sampling()->set_temperature(static_cast<float>(options.temperature));
   request.mutable_stopping()->set_max_new_tokens(static_cast<uint32_t>(spec.output_len));
   request.mutable_stopping()->set_ignore_eos(true);
+  if (!options.json_schema.empty()) request.mutable_constraint()->set_json_schema(options.json_schema);
 
   RequestRecord r;
   r.expected_output_tokens = spec.output_len;

@@ -24,6 +24,7 @@ struct StreamOptions {
   double timeout_s = 600;   // gRPC deadline of each request.
   double temperature = 0;   // Greedy by default: the output length is what is measured.
   std::string request_id;
+  std::string json_schema;  // Non-empty: every request's output is held to this schema.
 };
 
 // Sends `spec` with GenerateStream (ignore_eos, max_new_tokens = output_len) and times

@@ -2,6 +2,7 @@
 // See `tessera-bench --help` and benchmarks/serving/README.md.
 #include <cmath>
 #include <cstdio>
+#include <fstream>
 #include <memory>
 #include <string>
 #include <vector>
@@ -42,6 +43,7 @@ struct Flags {
   double burstiness = 1;
   int64_t seed = 0;
   double temperature = 0;
+  std::string json_schema;  // File; its text goes with every request as the constraint.
   double slo_ttft_ms = 0;
   double slo_tpot_ms = 0;
   double timeout_s = 600;
@@ -128,6 +130,8 @@ int Main(int argc, char** argv) {
   flags.Float("burstiness", &f.burstiness, "Gamma shape of inter-arrival times: 1 Poisson, <1 burstier.");
   flags.Int("seed", &f.seed, "Seed of prompts and arrival times.");
   flags.Float("temperature", &f.temperature, "Sampling temperature.");
+  flags.String("json-schema", &f.json_schema,
+               "File holding a JSON Schema every request's output is held to (structured outputs).");
   flags.Float("slo-ttft-ms", &f.slo_ttft_ms, "Goodput: TTFT objective in ms (0: none).");
   flags.Float("slo-tpot-ms", &f.slo_tpot_ms, "Goodput: TPOT objective in ms (0: none).");
   flags.Float("timeout-s", &f.timeout_s, "Deadline of each request in seconds.");
@@ -182,10 +186,17 @@ int Main(int argc, char** argv) {
     if (absl::Status s = CheckFits(*specs, *info); !s.ok()) return Fail(std::string(s.message()));
   }
 
+  std::string json_schema;
+  if (!f.json_schema.empty()) {
+    std::ifstream in(f.json_schema, std::ios::binary);
+    if (!in) return Fail(absl::StrCat("cannot read --json-schema ", f.json_schema));
+    json_schema.assign(std::istreambuf_iterator<char>(in), {});
+  }
   auto send = [&](const RequestSpec& spec, int index, const std::function<double()>& now) {
     StreamOptions o;
     o.timeout_s = f.timeout_s;
     o.temperature = f.temperature;
+    o.json_schema = json_schema;
     o.request_id = absl::StrCat("bench-", index);
     return StreamOne(*stub, spec, o, now);
   };
@@ -247,6 +258,7 @@ int Main(int argc, char** argv) {
   c.burstiness = f.burstiness;
   c.seed = seed;
   c.temperature = f.temperature;
+  c.json_schema = f.json_schema;
   c.slo = slo;
   c.machine = ProbeMachine();
   c.build = ProbeBuild();

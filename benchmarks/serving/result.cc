@@ -45,6 +45,7 @@ Json ConditionsJson(const Conditions& c) {
   j["burstiness"] = c.burstiness;
   j["seed"] = c.seed;
   j["temperature"] = c.temperature;
+  if (!c.json_schema.empty()) j["json_schema"] = c.json_schema;
   j["slo_ttft_ms"] = c.slo.ttft_ms;
   j["slo_tpot_ms"] = c.slo.tpot_ms;
   j["machine"] = ToJson(c.machine);

@@ -35,6 +35,7 @@ struct Conditions {
   double burstiness = 1;
   uint64_t seed = 0;
   double temperature = 0;
+  std::string json_schema;  // The constraint's schema file; empty: free text.
   Slo slo;
   MachineInfo machine;
   BuildInfo build;

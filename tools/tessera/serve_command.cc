@@ -119,6 +119,9 @@ int ServeMain(int argc, char** argv) {
   std::string chat_template;
   flags.String("chat-template", &chat_template,
                "Jinja file for GenerateRequest.messages instead of the model's chat template.");
+  std::string tool_call_parser;
+  flags.String("tool-call-parser", &tool_call_parser,
+               "How the model writes tool calls: llama3_json, hermes or mistral (default: from the chat template).");
   flags.Int("tp", &tp, "Tensor-parallel ranks per replica.");
   flags.Int("replicas", &replicas, "Replicas.");
   flags.String("host", &host, "Address the API binds to.");
@@ -281,6 +284,10 @@ int ServeMain(int argc, char** argv) {
   if (!chat_template.empty()) {
     coordinator_args.push_back("--chat-template");
     coordinator_args.push_back(chat_template);
+  }
+  if (!tool_call_parser.empty()) {
+    coordinator_args.push_back("--tool-call-parser");
+    coordinator_args.push_back(tool_call_parser);
   }
   // Only when given: an empty --tls-cert would read as "plaintext" too, but the
   // coordinator's own checks (both or neither) should see exactly what the user passed.

@@ -20,6 +20,16 @@ CHAT_TEMPLATE = (
 )
 
 
+def smollm2_path() -> str:
+    """Where scripts/setup.sh puts SmolLM2-135M-Instruct's GGUF (TESSERA_SMOLLM2_GGUF wins)."""
+    if os.environ.get("TESSERA_SMOLLM2_GGUF"):
+        return os.environ["TESSERA_SMOLLM2_GGUF"]
+    cache = (os.environ.get("TESSERA_CACHE_DIR")
+             or (os.path.join(os.environ["XDG_CACHE_HOME"], "tessera") if os.environ.get("XDG_CACHE_HOME")
+                 else os.path.expanduser("~/.cache/tessera")))
+    return os.path.join(cache, "models", "SmolLM2-135M-Instruct.Q4_1.gguf")
+
+
 def free_port() -> int:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
         s.bind(("127.0.0.1", 0))

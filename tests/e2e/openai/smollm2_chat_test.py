@@ -22,19 +22,10 @@ SKIP_CODE = 77
 ARGS = None
 
 
-def smollm2_path():
-    if os.environ.get("TESSERA_SMOLLM2_GGUF"):
-        return os.environ["TESSERA_SMOLLM2_GGUF"]
-    cache = (os.environ.get("TESSERA_CACHE_DIR")
-             or (os.path.join(os.environ["XDG_CACHE_HOME"], "tessera") if os.environ.get("XDG_CACHE_HOME")
-                 else os.path.expanduser("~/.cache/tessera")))
-    return os.path.join(cache, "models", "SmolLM2-135M-Instruct.Q4_1.gguf")
-
-
 class SmolLm2ChatTest(unittest.TestCase):
     def test_capital_of_france(self):
         import openai
-        server = serve_util.Serve(ARGS.tessera, smollm2_path(),
+        server = serve_util.Serve(ARGS.tessera, serve_util.smollm2_path(),
                                   os.path.join(ARGS.log_dir, "smollm2_chat_test.serve.log"))
         try:
             server.wait_ready()
@@ -70,8 +61,8 @@ def main():
     except ImportError:
         print("the openai package is missing (scripts/setup.sh installs requirements-dev.txt)")
         return 1 if ci else SKIP_CODE
-    if not os.path.exists(smollm2_path()):
-        print(f"SmolLM2 not found at {smollm2_path()} (scripts/setup.sh fetches it)")
+    if not os.path.exists(serve_util.smollm2_path()):
+        print(f"SmolLM2 not found at {serve_util.smollm2_path()} (scripts/setup.sh fetches it)")
         return 1 if ci else SKIP_CODE
     result = unittest.main(argv=[sys.argv[0], *rest], exit=False).result
     return 0 if result.wasSuccessful() else 1

@@ -58,7 +58,7 @@ def setUpModule():
         TMP = tempfile.mkdtemp(prefix="tessera-structured-fuzz-")
         MODEL = sot.make_random_llama3(ARGS.tessera, os.path.join(TMP, "llama3-random"))
     else:
-        MODEL = sot.smollm2_path()
+        MODEL = sot.serve_util.smollm2_path()
 
 
 def tearDownModule():

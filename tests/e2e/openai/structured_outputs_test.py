@@ -137,15 +137,6 @@ def load_suite():
         return json.load(f)
 
 
-def smollm2_path():
-    if os.environ.get("TESSERA_SMOLLM2_GGUF"):
-        return os.environ["TESSERA_SMOLLM2_GGUF"]
-    cache = (os.environ.get("TESSERA_CACHE_DIR")
-             or (os.path.join(os.environ["XDG_CACHE_HOME"], "tessera") if os.environ.get("XDG_CACHE_HOME")
-                 else os.path.expanduser("~/.cache/tessera")))
-    return os.path.join(cache, "models", "SmolLM2-135M-Instruct.Q4_1.gguf")
-
-
 def make_random_llama3(tessera, out_dir, seed=7):
     """A random-weight Llama 3.1 8B shape (2 layers, hidden 64) with the real Llama 3 tokenizer
     and a Llama 3 chat template, written to `out_dir`."""
@@ -493,7 +484,7 @@ class SmolLm2Test(ServerMixin, unittest.TestCase):
     @classmethod
     def setUpClass(cls):
         # KV for a few concurrent requests of a few hundred tokens (16 MiB holds ~700 tokens).
-        cls.start(smollm2_path(), extra=("--kv-memory-mb", "256", "--threads", "2"))
+        cls.start(serve_util.smollm2_path(), extra=("--kv-memory-mb", "256", "--threads", "2"))
 
     @classmethod
     def tearDownClass(cls):
@@ -585,8 +576,8 @@ def check_environment(models, modules=("openai", "jsonschema")):
             import llama_models.llama3.tokenizer  # noqa: F401
         except ImportError:
             return "the llama-models package (Meta's Llama 3 tokenizer) is missing"
-    if "smollm2" in models and not os.path.exists(smollm2_path()):
-        return f"SmolLM2 not found at {smollm2_path()} (scripts/setup.sh fetches it)"
+    if "smollm2" in models and not os.path.exists(serve_util.smollm2_path()):
+        return f"SmolLM2 not found at {serve_util.smollm2_path()} (scripts/setup.sh fetches it)"
     return None
 
 

@@ -15,7 +15,7 @@ SECONDS_EACH=${1:-60}
 shift || true
 FUZZERS=("$@")
 [ ${#FUZZERS[@]} -gt 0 ] || FUZZERS=(safetensors_fuzzer model_config_fuzzer gguf_fuzzer tokenizer_fuzzer
-  chat_template_fuzzer openai_request_fuzzer generate_request_fuzzer)
+  chat_template_fuzzer openai_request_fuzzer generate_request_fuzzer constraint_fuzzer)
 BUILD=${FUZZ_BUILD_DIR:-build-fuzz}
 export CCACHE_BASEDIR="$(pwd)" CCACHE_NOHASHDIR=true
 SAN="-fsanitize=address,undefined -fno-sanitize-recover=undefined -fno-omit-frame-pointer"

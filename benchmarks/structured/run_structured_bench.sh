@@ -11,8 +11,8 @@
 #   benchmarks/structured/run_structured_bench.sh
 #
 # Environment (defaults in brackets): BUILD_DIR [build], MODEL_DIR [/tmp/tessera-llama-1b-llama3tok],
-# OUT_DIR [benchmarks/results], PREFIX [structured_outputs_llama1b], REPS [2],
-# OUTPUT_LEN [64], INPUT_LEN [32], THREADS [0], PORT [50520].
+# OUT_DIR [benchmarks/results], PREFIX [structured_outputs_llama1b], REPS [3],
+# OUTPUT_LEN [64], INPUT_LEN [32], REQUESTS_C1 [8], REQUESTS_C32 [64], THREADS [0], PORT [50520].
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 
@@ -21,9 +21,11 @@ BIN=$BUILD_DIR/bin
 MODEL_DIR=${MODEL_DIR:-/tmp/tessera-llama-1b-llama3tok}
 OUT_DIR=${OUT_DIR:-benchmarks/results}
 PREFIX=${PREFIX:-structured_outputs_llama1b}
-REPS=${REPS:-2}
+REPS=${REPS:-3}
 OUTPUT_LEN=${OUTPUT_LEN:-64}
 INPUT_LEN=${INPUT_LEN:-32}
+REQUESTS_C1=${REQUESTS_C1:-8}
+REQUESTS_C32=${REQUESTS_C32:-64}
 THREADS=${THREADS:-0}
 PORT=${PORT:-50520}
 METRICS_PORT=$((PORT + 50))
@@ -34,12 +36,12 @@ done
 if [[ ! -f $MODEL_DIR/config.json ]]; then
   echo "run_structured_bench: generating llama-1b (bf16) with the real Llama 3 tokenizer into $MODEL_DIR"
   "$BIN/tessera" gen-checkpoint --preset llama-1b --dtype bf16 --out "$MODEL_DIR"
-  /usr/bin/python3 scripts/llama3_tokenizer_json.py --out "$MODEL_DIR"
+  python3 scripts/llama3_tokenizer_json.py --out "$MODEL_DIR"
 fi
 mkdir -p "$OUT_DIR"
 WORK=$(mktemp -d /tmp/tessera-structured.XXXXXX)
 echo "run_structured_bench: logs and raw results in $WORK"
-/usr/bin/python3 benchmarks/structured/make_schemas.py --count 20 --seed 1 \
+python3 benchmarks/structured/make_schemas.py --count 20 --seed 1 \
   --out-jsonl "$WORK/schemas.jsonl" --out-first "$WORK/schema.json"
 
 echo "run_structured_bench: compile and mask costs (tessera constrain, 20 schemas x 5 documents)"
@@ -60,14 +62,20 @@ trap stop_serve EXIT
 SERVE_PID=$!
 for rep in $(seq 1 "$REPS"); do
   for concurrency in 1 32; do
-    requests=$((concurrency == 1 ? 4 : 64))
+    requests=$((concurrency == 1 ? REQUESTS_C1 : REQUESTS_C32))
     for mode in free schema; do
       flags=()
-      [[ $mode == schema ]] && flags=(--json-schema "$WORK/schema.json")
+      # Each arm its own random prompts: the same prompts would find the previous arm's
+      # prefill in the prefix cache.
+      seed=$((rep * 10))
+      if [[ $mode == schema ]]; then
+        flags=(--json-schema "$WORK/schema.json")
+        seed=$((seed + 1))
+      fi
       echo "run_structured_bench: rep $rep, concurrency $concurrency, $mode"
       "$BIN/tessera-bench" --address "127.0.0.1:$PORT" --wait-ready-s 900 --workload fixed \
         --input-len "$INPUT_LEN" --output-len "$OUTPUT_LEN" --num-requests "$requests" \
-        --warmup "$concurrency" --max-concurrency "$concurrency" --seed "$rep" --timeout-s 3600 \
+        --warmup "$concurrency" --max-concurrency "$concurrency" --seed "$seed" --timeout-s 3600 \
         --label "$mode c$concurrency rep $rep" --out "$WORK/bench_${mode}_c${concurrency}_$rep.json" \
         "${flags[@]}" | grep -E "TPOT|output token throughput" || true
     done
@@ -75,6 +83,6 @@ for rep in $(seq 1 "$REPS"); do
 done
 stop_serve
 
-/usr/bin/python3 benchmarks/structured/summarize.py "$WORK" --reps "$REPS" --model "$MODEL_DIR" \
+python3 benchmarks/structured/summarize.py "$WORK" --reps "$REPS" --model "$MODEL_DIR" \
   --out "$OUT_DIR/$PREFIX.json" --markdown "$OUT_DIR/$PREFIX.md"
 cat "$OUT_DIR/$PREFIX.md"

@@ -1,6 +1,7 @@
 #include "common/structured/grammar_automaton.h"
 
 #include <algorithm>
+#include <bitset>
 #include <utility>
 
 #include "absl/status/status.h"
@@ -127,15 +128,6 @@ absl::StatusOr<GrammarAutomaton::StateId> GrammarAutomaton::StepSlow(StateId sta
                                                                       uint8_t byte) {
   const auto& elements = grammar_->elements();
   const auto& sets = grammar_->byte_sets();
-  std::vector<uint32_t> next;
-  for (const uint32_t n : states_[state]) {
-    if (n == kRootFrame) continue;
-    const Node node = nodes_[n];
-    if (!sets[elements[node.pos].arg][byte]) continue;
-    ASSIGN_OR_RETURN(uint32_t advanced, Intern(node.pos + 1, node.parent));
-    RETURN_IF_ERROR(Closure(advanced, 0, &next));
-  }
-  ASSIGN_OR_RETURN(StateId id, InternState(std::move(next)));
   if (rows_[state] == nullptr) {
     // The transition table is a cache: past its budget it starts over.
     if (row_bytes_ + sizeof(std::array<StateId, 256>) > limits_.transition_cache_bytes) {
@@ -146,8 +138,60 @@ absl::StatusOr<GrammarAutomaton::StateId> GrammarAutomaton::StepSlow(StateId sta
     rows_[state]->fill(-1);
     row_bytes_ += sizeof(std::array<StateId, 256>);
   }
-  (*rows_[state])[byte] = id;
-  return id;
+  // Stable: rows_ may grow below, the arrays it points to do not move.
+  std::array<StateId, 256>& row = *rows_[state];
+  std::vector<uint32_t> live;
+  for (const uint32_t n : states_[state]) {
+    if (n != kRootFrame) live.push_back(n);
+  }
+  // The state after `b` depends only on which stacks take `b`: bytes the same stacks take
+  // share a target, so the whole row costs one closure per distinct set of stacks (a
+  // string's body is a handful), not one per byte, and later walks find it filled.
+  auto target = [&](uint64_t takers) -> absl::StatusOr<StateId> {
+    std::vector<uint32_t> next;
+    for (size_t i = 0; i < live.size(); ++i) {
+      if (((takers >> i) & 1) == 0) continue;
+      const Node node = nodes_[live[i]];
+      ASSIGN_OR_RETURN(uint32_t advanced, Intern(node.pos + 1, node.parent));
+      RETURN_IF_ERROR(Closure(advanced, 0, &next));
+    }
+    return InternState(std::move(next));
+  };
+  if (live.size() > 64) {
+    // Very ambiguous states: one byte at a time.
+    std::vector<uint32_t> next;
+    for (const uint32_t n : live) {
+      const Node node = nodes_[n];
+      if (!sets[elements[node.pos].arg][byte]) continue;
+      ASSIGN_OR_RETURN(uint32_t advanced, Intern(node.pos + 1, node.parent));
+      RETURN_IF_ERROR(Closure(advanced, 0, &next));
+    }
+    ASSIGN_OR_RETURN(row[byte], InternState(std::move(next)));
+    return row[byte];
+  }
+  std::array<uint64_t, 256> takers{};
+  for (size_t i = 0; i < live.size(); ++i) {
+    const std::bitset<256>& set = sets[elements[nodes_[live[i]].pos].arg];
+    for (int b = 0; b < 256; ++b) {
+      if (set[b]) takers[b] |= uint64_t{1} << i;
+    }
+  }
+  std::vector<std::pair<uint64_t, StateId>> seen = {{0, kDead}};
+  for (int b = 0; b < 256; ++b) {
+    StateId id = -1;
+    for (const auto& [t, s] : seen) {
+      if (t == takers[b]) {
+        id = s;
+        break;
+      }
+    }
+    if (id < 0) {
+      ASSIGN_OR_RETURN(id, target(takers[b]));
+      seen.push_back({takers[b], id});
+    }
+    row[b] = id;
+  }
+  return row[byte];
 }
 
 absl::StatusOr<GrammarAutomaton::StateId> GrammarAutomaton::StepBytes(StateId state,

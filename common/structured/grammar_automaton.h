@@ -49,6 +49,11 @@ class GrammarAutomaton {
     return StepSlow(state, byte);
   }
   absl::StatusOr<StateId> StepBytes(StateId state, absl::string_view bytes);
+  // The transition if it is already known, else -1 (the vocabulary walk's fast path).
+  StateId CachedStep(StateId state, uint8_t byte) const {
+    const auto* row = rows_[state].get();
+    return row != nullptr ? (*row)[byte] : -1;
+  }
 
   // The grammar may end here (one parse has matched all of root).
   bool IsAccepting(StateId state) const { return accepting_[state]; }

@@ -43,7 +43,10 @@ absl::StatusOr<std::shared_ptr<const TokenBitmask>> TokenGrammar::Mask(StateId s
   size_t i = 1;
   while (i < n) {
     const uint32_t d = v.node_depth(i);
-    ASSIGN_OR_RETURN(StateId next, automaton_.Step(at_depth[d - 1], v.node_byte(i)));
+    StateId next = automaton_.CachedStep(at_depth[d - 1], v.node_byte(i));
+    if (next < 0) {
+      ASSIGN_OR_RETURN(next, automaton_.Step(at_depth[d - 1], v.node_byte(i)));
+    }
     if (next == GrammarAutomaton::kDead) {
       i = v.node_end(i);
       continue;

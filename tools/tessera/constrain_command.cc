@@ -93,6 +93,7 @@ struct Totals {
   double sample_ms = 0;
   uint64_t masks_computed = 0, masks_reused = 0;
   double mask_seconds = 0;
+  uint64_t automaton_states = 0;  // Summed over the constraints' automata.
 };
 
 }  // namespace
@@ -273,6 +274,7 @@ int ConstrainMain(int argc, char** argv) {
     totals.masks_computed += tg->stats().masks_computed;
     totals.masks_reused += tg->stats().masks_reused;
     totals.mask_seconds += tg->stats().mask_seconds;
+    totals.automaton_states += tg->automaton().num_states();
   }
   const double n = std::max(1, totals.constraints - totals.refused);
   Json summary{
@@ -293,6 +295,7 @@ int ConstrainMain(int argc, char** argv) {
       {"masks_reused", totals.masks_reused},
       {"mean_mask_compute_us",
        totals.masks_computed ? 1e6 * totals.mask_seconds / totals.masks_computed : 0.0},
+      {"automaton_states", totals.automaton_states},
       {"sampling_ms", totals.sample_ms},
       {"mean_us_per_token", totals.tokens ? 1e3 * totals.sample_ms / totals.tokens : 0.0},
   };

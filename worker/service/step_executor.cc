@@ -310,16 +310,22 @@ absl::Status StepExecutor::Execute(const v1::StepRequest& request, v1::StepRespo
         return scheduled[i]->sampling.num_logprobs == 0 && !scheduled[i]->constrained;
       });
   const float* device_logits = nullptr;
-  // The grammar states of the constrained rows and their masks (cached per state) are
-  // worked out on another thread while the forward pass runs.
+  // The grammar states of the constrained rows and their masks (cached per state). Where
+  // the forward pass runs on a device the host is idle meanwhile, so they are worked out
+  // on another thread beside it; the CPU backend's forward already keeps every core busy
+  // (its threads wait for each other at every layer), so there they run before it.
   std::vector<RowGrammar> row_grammars(logits_seq.size());
   std::future<absl::Status> grammar_work;
   if (model_->layout().rank == 0 &&
       std::any_of(scheduled.begin(), scheduled.end(),
                   [](const SeqState* s) { return s->grammar.has_value(); })) {
-    grammar_work = std::async(std::launch::async, [&] {
-      return PrepareRowGrammars(scheduled, first_row, proposals, &row_grammars);
-    });
+    if (backend.name() == "cpu") {
+      RETURN_IF_ERROR(PrepareRowGrammars(scheduled, first_row, proposals, &row_grammars));
+    } else {
+      grammar_work = std::async(std::launch::async, [&] {
+        return PrepareRowGrammars(scheduled, first_row, proposals, &row_grammars);
+      });
+    }
   }
   const auto start = std::chrono::steady_clock::now();
   absl::Status forward =

@@ -520,6 +520,27 @@ class SmolLm2Test(ServerMixin, unittest.TestCase):
         self.assertGreaterEqual(sensible, ARGS.min_sensible * len(greedy),
                                 "constrained greedy extractions mostly miss the expected values (mask misaligned?)")
 
+    def test_rest_of_the_suite_at_temperature_0_and_1(self):
+        """The suite's other schemas (with test_extraction_schemas: all of it) on the real
+        model, prompted with the schema itself."""
+        cases = []
+        for n, entry in enumerate(load_suite()):
+            if entry.get("smollm2"):
+                continue
+            schema = entry["schema"]
+            if entry.get("via") == "guided_json":
+                constraint = {"extra_body": {"guided_json": schema}}
+            else:
+                constraint = {"response_format": {"type": "json_schema",
+                                                  "json_schema": {"name": entry["name"], "schema": schema, "strict": True}}}
+            prompt = (f"Write one example of JSON data named \"{entry['name']}\" that follows this JSON Schema: "
+                      f"{json.dumps(schema)}")
+            for temperature in (0.0, 1.0):
+                cases.append((entry["name"], {"json_schema": schema}, prompt, constraint, temperature, 6000 + n))
+        results = self.run_cases(cases, workers=4)
+        print(f"[{self.log_name}] rest of the suite: {sum(r['ok'] for r in results)}/{len(results)} valid", flush=True)
+        self.assert_all_ok(results)
+
     def test_choice_regex_grammar_with_real_prompts(self):
         arithmetic = next(g for g in schema_fuzz.GRAMMARS if g["name"] == "arithmetic")["gbnf"]
         specs = [

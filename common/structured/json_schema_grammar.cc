@@ -466,7 +466,9 @@ class Converter {
   // The schema's keywords other than annotations and `except`.
   static Json Constraints(const Json& schema, std::initializer_list<const char*> except) {
     Json out = Json::object();
-    for (const auto& [key, value] : schema.items()) {
+    for (const auto& item : schema.items()) {
+      const std::string& key = item.key();
+      const Json& value = item.value();
       if (Annotations().count(key)) continue;
       if (std::any_of(except.begin(), except.end(), [&](const char* e) { return key == e; })) {
         continue;
@@ -972,8 +974,12 @@ class Converter {
                                                               "\" has the schema false"));
         continue;
       }
+      // Named copies: lambdas cannot capture structured bindings before C++20 (clang < 16).
+      const std::string& prop_name = name;
+      const Json& prop_schema = sub;
       absl::StatusOr<std::string> value = WithoutLeftChain([&] {
-        return Visit(sub, Child(Child(pointer, "properties"), name), hint + "-" + name, depth + 1);
+        return Visit(prop_schema, Child(Child(pointer, "properties"), prop_name), hint + "-" + prop_name,
+                     depth + 1);
       });
       if (!value.ok()) return value;
       props.push_back(Prop{JoinSeq({Literal(CompactDump(Json(name))), sp, "\":\"", sp, *value}),

@@ -5,7 +5,9 @@
 #     and every mask of a whole document on a cold cache;
 #  2. decode: TPOT of `tessera serve` on the llama-1b preset (random weights, the real
 #     Llama 3 tokenizer) through tessera-bench at concurrency 1 and 32, free text against
-#     a JSON-schema constraint, alternated A/B/A/B (only ratios from one run count).
+#     a JSON-schema constraint, alternated A/B/A/B (only ratios from one run count), and
+#     rank 0's own count of the time it spent on grammars (worker metrics), which a
+#     shared machine's noise does not blur.
 # Writes <OUT_DIR>/<PREFIX>.json (every run, the ratios, machine and build) and <PREFIX>.md.
 #
 #   benchmarks/structured/run_structured_bench.sh
@@ -78,6 +80,9 @@ for rep in $(seq 1 "$REPS"); do
         --warmup "$concurrency" --max-concurrency "$concurrency" --seed "$seed" --timeout-s 3600 \
         --label "$mode c$concurrency rep $rep" --out "$WORK/bench_${mode}_c${concurrency}_$rep.json" \
         "${flags[@]}" | grep -E "TPOT|output token throughput" || true
+      # Rank 0's own account of its grammar work (counters; the summary takes differences).
+      curl -s "http://127.0.0.1:$((METRICS_PORT + 1))/metrics" | grep -E "^tessera_worker_grammar_" \
+        > "$WORK/grammar_${mode}_c${concurrency}_$rep.txt" || true
     done
   done
 done

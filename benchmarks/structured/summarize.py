@@ -17,6 +17,19 @@ def last_summary(path):
     return json.loads(line)["summary"]
 
 
+def grammar_counters(work, mode, concurrency, rep):
+    """(seconds, rows) of rank 0's grammar counters after that arm; None if not scraped."""
+    path = os.path.join(work, f"grammar_{mode}_c{concurrency}_{rep}.txt")
+    if not os.path.exists(path):
+        return None
+    values = {}
+    with open(path) as f:
+        for line in f:
+            name, value = line.split()[:2]
+            values[name] = float(value)
+    return values.get("tessera_worker_grammar_seconds_total", 0.0), values.get("tessera_worker_grammar_rows_total", 0.0)
+
+
 def bench(work, mode, concurrency, rep):
     with open(os.path.join(work, f"bench_{mode}_c{concurrency}_{rep}.json")) as f:
         return json.load(f)
@@ -45,7 +58,17 @@ def main():
         tput = {m: [r["metrics"]["output_token_throughput_tps"] for r in runs[f"{m}_c{concurrency}"]]
                 for m in ("free", "schema")}
         failed = sum(r["metrics"]["failed"] for m in ("free", "schema") for r in runs[f"{m}_c{concurrency}"])
+        # Grammar work per constrained row in each schema arm: counter differences from the
+        # previous scrape (the counters only grow; the free arms add nothing).
+        per_row_us = []
+        for rep in range(1, args.reps + 1):
+            after = grammar_counters(args.work, "schema", concurrency, rep)
+            before = grammar_counters(args.work, "free", concurrency, rep)
+            if after is None or before is None or after[1] <= before[1]:
+                continue
+            per_row_us.append(1e6 * (after[0] - before[0]) / (after[1] - before[1]))
         ratios[f"c{concurrency}"] = {
+            "grammar_us_per_row": per_row_us,
             "tpot_ms_mean_free": tpot["free"],
             "tpot_ms_mean_schema": tpot["schema"],
             "tpot_ratio_schema_over_free": statistics.mean(tpot["schema"]) / statistics.mean(tpot["free"]),
@@ -120,15 +143,29 @@ def main():
         "|---|---|---|---|---|---|",
     ]
     for key, r in ratios.items():
+        if r["grammar_us_per_row"]:
+            tpot = statistics.mean(r["tpot_ms_mean_schema"])
+            share = statistics.mean(r["grammar_us_per_row"]) / 1e3 * (1 if key == "c1" else int(key[1:])) / tpot
+            r["grammar_share_of_tpot"] = share
+    for key, r in ratios.items():
         lines.append(
             f"| {key[1:]} | {' / '.join(f'{x:.1f}' for x in r['tpot_ms_mean_free'])} | "
             f"{' / '.join(f'{x:.1f}' for x in r['tpot_ms_mean_schema'])} | "
             f"{r['tpot_ratio_schema_over_free']:.3f} | "
             f"{' / '.join(f'{x:.0f}' for x in r['output_tps_free'])} | "
             f"{' / '.join(f'{x:.0f}' for x in r['output_tps_schema'])} |")
-    lines += ["", "Each cell lists the repetitions in run order (A/B alternated); the ratio is of the means."]
+    lines += ["", "Each cell lists the repetitions in run order (A/B alternated); the ratio is of the means.", ""]
+    for key, r in ratios.items():
+        if r["grammar_us_per_row"]:
+            lines.append(
+                f"Concurrency {key[1:]}: rank 0 spent {' / '.join(f'{x:.0f}' for x in r['grammar_us_per_row'])} us "
+                f"per constrained token on the grammar (states, masks, masking), "
+                f"{100 * r['grammar_share_of_tpot']:.1f} % of the schema arm's TPOT "
+                f"(a step serves {key[1:]} tokens).")
     with open(args.markdown, "w") as f:
         f.write("\n".join(lines) + "\n")
+    with open(args.out, "w") as f:  # Again, with the grammar shares worked out above.
+        json.dump(result, f, indent=1)
 
 
 if __name__ == "__main__":

@@ -67,6 +67,17 @@ WorkerMetrics::WorkerMetrics() : registry_(std::make_shared<prometheus::Registry
                          .Help("Bytes of this rank's KV-cache allocation.")
                          .Register(r)
                          .Add({});
+  grammar_seconds_ = &prometheus::BuildCounter()
+                         .Name("tessera_worker_grammar_seconds_total")
+                         .Help("Time rank 0 spent holding constrained sequences to their grammars "
+                               "(states, token masks, masking the logits).")
+                         .Register(r)
+                         .Add({});
+  grammar_rows_ = &prometheus::BuildCounter()
+                      .Name("tessera_worker_grammar_rows_total")
+                      .Help("Logits rows rank 0 masked with a grammar.")
+                      .Register(r)
+                      .Add({});
   info_ = &prometheus::BuildGauge()
                .Name("tessera_worker_info")
                .Help("This rank's place in the cluster (value 1).")
@@ -106,6 +117,11 @@ void WorkerMetrics::Collective(absl::string_view op, double seconds, uint64_t by
   const prometheus::Labels l = {{"op", std::string(op)}};
   collective_seconds_->Add(l, CollectiveBuckets()).Observe(seconds);
   collective_bytes_->Add(l).Increment(static_cast<double>(bytes));
+}
+
+void WorkerMetrics::GrammarWork(double seconds, int rows) {
+  grammar_seconds_->Increment(seconds);
+  grammar_rows_->Increment(rows);
 }
 
 }  // namespace tessera

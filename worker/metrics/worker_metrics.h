@@ -35,6 +35,9 @@ class WorkerMetrics {
   void StepFinished(absl::string_view phase, double step_seconds, double forward_seconds, bool ok);
   // One collective: op is "all_reduce", "all_gather", "broadcast" or "barrier".
   void Collective(absl::string_view op, double seconds, uint64_t bytes);
+  // Rank 0's structured-output work in one step: grammar states, masks (trie walks on a
+  // cache miss) and masking `rows` logits rows.
+  void GrammarWork(double seconds, int rows);
 
  private:
   std::shared_ptr<prometheus::Registry> registry_;
@@ -43,6 +46,8 @@ class WorkerMetrics {
   prometheus::Histogram* forward_seconds_;
   prometheus::Family<prometheus::Histogram>* collective_seconds_;
   prometheus::Family<prometheus::Counter>* collective_bytes_;
+  prometheus::Counter* grammar_seconds_;
+  prometheus::Counter* grammar_rows_;
   prometheus::Gauge* weight_bytes_;
   prometheus::Gauge* kv_cache_bytes_;
   prometheus::Family<prometheus::Gauge>* info_;

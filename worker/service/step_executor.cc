@@ -316,15 +316,21 @@ absl::Status StepExecutor::Execute(const v1::StepRequest& request, v1::StepRespo
   // (its threads wait for each other at every layer), so there they run before it.
   std::vector<RowGrammar> row_grammars(logits_seq.size());
   std::future<absl::Status> grammar_work;
+  double grammar_seconds = 0;  // Reported with the step (worker metrics).
   if (model_->layout().rank == 0 &&
       std::any_of(scheduled.begin(), scheduled.end(),
                   [](const SeqState* s) { return s->grammar.has_value(); })) {
+    auto prepare = [&] {
+      const auto t0 = std::chrono::steady_clock::now();
+      absl::Status s = PrepareRowGrammars(scheduled, first_row, proposals, &row_grammars);
+      grammar_seconds +=
+          std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+      return s;
+    };
     if (backend.name() == "cpu") {
-      RETURN_IF_ERROR(PrepareRowGrammars(scheduled, first_row, proposals, &row_grammars));
+      RETURN_IF_ERROR(prepare());
     } else {
-      grammar_work = std::async(std::launch::async, [&] {
-        return PrepareRowGrammars(scheduled, first_row, proposals, &row_grammars);
-      });
+      grammar_work = std::async(std::launch::async, prepare);
     }
   }
   const auto start = std::chrono::steady_clock::now();
@@ -376,10 +382,16 @@ absl::Status StepExecutor::Execute(const v1::StepRequest& request, v1::StepRespo
       const DraftProposal& proposal = proposals[i];
       float* rows = logits_.data() + static_cast<size_t>(first_row[i]) * vocab;
       if (s.grammar.has_value() || !s.grammar_error.empty()) {
+        const auto t0 = std::chrono::steady_clock::now();
         absl::Status masked = s.grammar_error.empty()
                                   ? MaskRows(row_grammars, first_row[i], proposal.tokens.size() + 1,
                                              vocab, rows)
                                   : absl::FailedPreconditionError(s.grammar_error);
+        grammar_seconds +=
+            std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+        response->set_grammar_rows(response->grammar_rows() +
+                                   static_cast<uint32_t>(proposal.tokens.size() + 1));
+        response->set_grammar_seconds(grammar_seconds);
         if (!masked.ok()) {
           // This sequence alone fails; the rest of the step goes on.
           SampledToken failed;

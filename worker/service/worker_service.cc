@@ -350,6 +350,10 @@ grpc::Status WorkerServiceImpl::ExecuteStep(grpc::ServerContext*, const v1::Step
         ClassifyStep(*request),
         std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count(),
         response->forward_seconds(), s.ok());
+    if (response->grammar_rows() > 0) {
+      options_.metrics->GrammarWork(response->grammar_seconds(),
+                                    static_cast<int>(response->grammar_rows()));
+    }
   }
   if (!s.ok() && comm_->aborted()) {
     in_group_ = false;

@@ -132,6 +132,14 @@ BAD_REGEXES = [r"(a)\1", r"(?=a)a", r"a(?!b)"]
 BAD_GRAMMARS = ["root ::= (", "expr ::= \"a\"\n", "root ::= undefined_rule\n"]
 
 
+def suite_constraint(entry):
+    """The request fields that send a suite entry's schema (response_format, or guided_json)."""
+    if entry.get("via") == "guided_json":
+        return {"extra_body": {"guided_json": entry["schema"]}}
+    return {"response_format": {"type": "json_schema",
+                                "json_schema": {"name": entry["name"], "schema": entry["schema"], "strict": True}}}
+
+
 def load_suite():
     with open(SUITE_PATH, encoding="utf-8") as f:
         return json.load(f)
@@ -347,11 +355,7 @@ class RandomLlama3Test(ServerMixin, unittest.TestCase):
         cases = []
         for n, entry in enumerate(suite):
             schema = entry["schema"]
-            if entry.get("via") == "guided_json":
-                constraint = {"extra_body": {"guided_json": schema}}
-            else:
-                constraint = {"response_format": {"type": "json_schema",
-                                                  "json_schema": {"name": entry["name"], "schema": schema, "strict": True}}}
+            constraint = suite_constraint(entry)
             prompt = f"Reply with one JSON value for \"{entry['name']}\"."
             for temperature in (0.0, 1.0):
                 cases.append((entry["name"], {"json_schema": schema}, prompt, constraint, temperature, 1000 + n))
@@ -532,11 +536,7 @@ class SmolLm2Test(ServerMixin, unittest.TestCase):
                 continue
             recursive = entry["name"].startswith("recursive")
             schema = entry["schema"]
-            if entry.get("via") == "guided_json":
-                constraint = {"extra_body": {"guided_json": schema}}
-            else:
-                constraint = {"response_format": {"type": "json_schema",
-                                                  "json_schema": {"name": entry["name"], "schema": schema, "strict": True}}}
+            constraint = suite_constraint(entry)
             prompt = (f"Write one example of JSON data named \"{entry['name']}\" that follows this JSON Schema: "
                       f"{json.dumps(schema)}")
             for temperature in ((1.0,) if recursive else (0.0, 1.0)):

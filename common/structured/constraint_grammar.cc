@@ -17,6 +17,8 @@ std::string GbnfLiteral(absl::string_view text) {
     if (c == '"' || c == '\\') {
       out += '\\';
       out += c;
+    } else if (c == '\n') {
+      out += "\\n";
     } else if (u < 0x20 || u == 0x7F) {
       out += absl::StrFormat("\\x%02X", u);
     } else {

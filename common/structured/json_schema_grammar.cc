@@ -15,6 +15,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
+#include "common/structured/constraint_grammar.h"
 #include "common/structured/regex_grammar.h"
 #include "nlohmann/json.hpp"
 
@@ -131,26 +132,6 @@ absl::Status Unsupported(absl::string_view keyword, const std::string& pointer) 
 
 absl::Status Invalid(const std::string& pointer, absl::string_view what) {
   return absl::InvalidArgumentError(absl::StrCat("JSON Schema at ", Where(pointer), ": ", what));
-}
-
-// `bytes` as a GBNF string literal; UTF-8 passes through as itself.
-std::string Literal(absl::string_view bytes) {
-  std::string out = "\"";
-  for (char c : bytes) {
-    const auto u = static_cast<unsigned char>(c);
-    if (c == '"' || c == '\\') {
-      out += '\\';
-      out += c;
-    } else if (c == '\n') {
-      out += "\\n";
-    } else if (u < 0x20 || u == 0x7F) {
-      out += absl::StrFormat("\\x%02X", u);
-    } else {
-      out += c;
-    }
-  }
-  out += '"';
-  return out;
 }
 
 std::string CompactDump(const Json& value) {
@@ -270,11 +251,11 @@ void MagnitudeWithFraction(int64_t lower, bool lower_exclusive, std::optional<in
     out->push_back(JoinSeq({UnsignedRange(any_lo, any_hi_unsigned - 1), "( \".\" [0-9]{1,16} )?"}));
   }
   if (lower_exclusive && (!upper || lower < *upper)) {
-    out->push_back(JoinSeq({Literal(std::to_string(lower)),
+    out->push_back(JoinSeq({GbnfLiteral(std::to_string(lower)),
                             "\".\" \"0\"{0,15} [1-9] [0-9]{0,15}"}));
   }
   if (upper && !upper_exclusive && *upper >= any_lo) {
-    out->push_back(JoinSeq({Literal(std::to_string(*upper)), "( \".\" \"0\"{1,16} )?"}));
+    out->push_back(JoinSeq({GbnfLiteral(std::to_string(*upper)), "( \".\" \"0\"{1,16} )?"}));
   }
 }
 
@@ -725,7 +706,7 @@ class Converter {
           })) {
         continue;
       }
-      literals.push_back(Literal(CompactDump(v)));
+      literals.push_back(GbnfLiteral(CompactDump(v)));
       bytes += literals.back().size() + 3;
       if (bytes_ + bytes > kMaxGrammarBytes) return TooBig();
     }
@@ -982,7 +963,7 @@ class Converter {
                      depth + 1);
       });
       if (!value.ok()) return value;
-      props.push_back(Prop{JoinSeq({Literal(CompactDump(Json(name))), sp, "\":\"", sp, *value}),
+      props.push_back(Prop{JoinSeq({GbnfLiteral(CompactDump(Json(name))), sp, "\":\"", sp, *value}),
                            is_required});
     }
     absl::StatusOr<std::optional<int64_t>> min = Count(schema, "minProperties", pointer);

@@ -3,30 +3,12 @@
 #include "absl/strings/cord.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "common/structured/constraint_grammar.h"
 #include "common/structured/json_schema_grammar.h"
 #include "coordinator/http/openai_request.h"
 #include "nlohmann/json.hpp"
 
 namespace tessera::http {
-namespace {
-
-// A GBNF string literal of `text`. Function names are [A-Za-z0-9_.-] (tool_request.cc),
-// so only the quotes and newlines of the fixed wrappers need escaping.
-std::string Literal(absl::string_view text) {
-  std::string out = "\"";
-  for (char c : text) {
-    switch (c) {
-      case '"': out += "\\\""; break;
-      case '\\': out += "\\\\"; break;
-      case '\n': out += "\\n"; break;
-      default: out += c;
-    }
-  }
-  return out + "\"";
-}
-
-}  // namespace
-
 absl::StatusOr<std::string> ToolCallGrammar(ToolCallFormat format, const std::vector<ToolFunction>& functions,
                                             const std::vector<size_t>& tool_indices, bool parallel) {
   // Llama 3.1's template spells the arguments "parameters"; the others "arguments".
@@ -55,8 +37,8 @@ absl::StatusOr<std::string> ToolCallGrammar(ToolCallFormat format, const std::ve
     // The spaces the templates write are optional: a tokenizer whose pieces cannot end
     // or start with one must still be able to write the call.
     absl::StrAppend(&rules, call_rule, " ::= \"{\" tool-sp \"\\\"name\\\"\" tool-sp \":\" tool-sp ",
-                    Literal(absl::StrCat("\"", f.name, "\"")), " tool-sp \",\" tool-sp ",
-                    Literal(absl::StrCat("\"", args_key, "\"")), " tool-sp \":\" tool-sp ", options.root_rule,
+                    structured::GbnfLiteral(absl::StrCat("\"", f.name, "\"")), " tool-sp \",\" tool-sp ",
+                    structured::GbnfLiteral(absl::StrCat("\"", args_key, "\"")), " tool-sp \":\" tool-sp ", options.root_rule,
                     " tool-sp \"}\"\n", args, "\n");
     alternatives.push_back(call_rule);
   }

@@ -203,18 +203,29 @@ absl::StatusOr<GrammarAutomaton::StateId> GrammarAutomaton::StepBytes(StateId st
   return state;
 }
 
+namespace {
+
+// The state `grammar` reaches after `text` (kDead when it leaves the grammar), on a
+// throwaway automaton over a non-owning pointer: the grammar outlives the call.
+absl::StatusOr<GrammarAutomaton::StateId> RunText(const Grammar& grammar, absl::string_view text,
+                                                  bool* accepting) {
+  GrammarAutomaton automaton(std::shared_ptr<const Grammar>(std::shared_ptr<const Grammar>(), &grammar));
+  ASSIGN_OR_RETURN(GrammarAutomaton::StateId s, automaton.Initial());
+  ASSIGN_OR_RETURN(s, automaton.StepBytes(s, text));
+  *accepting = automaton.IsAccepting(s);
+  return s;
+}
+
+}  // namespace
+
 bool Grammar::Accepts(absl::string_view text) const {
-  // A throwaway automaton over a non-owning pointer: this grammar outlives the call.
-  GrammarAutomaton automaton(std::shared_ptr<const Grammar>(std::shared_ptr<const Grammar>(), this));
-  absl::StatusOr<GrammarAutomaton::StateId> s = automaton.Initial();
-  if (s.ok()) s = automaton.StepBytes(*s, text);
-  return s.ok() && automaton.IsAccepting(*s);
+  bool accepting = false;
+  return RunText(*this, text, &accepting).ok() && accepting;
 }
 
 bool Grammar::AcceptsPrefix(absl::string_view text) const {
-  GrammarAutomaton automaton(std::shared_ptr<const Grammar>(std::shared_ptr<const Grammar>(), this));
-  absl::StatusOr<GrammarAutomaton::StateId> s = automaton.Initial();
-  if (s.ok()) s = automaton.StepBytes(*s, text);
+  bool accepting = false;
+  absl::StatusOr<GrammarAutomaton::StateId> s = RunText(*this, text, &accepting);
   return s.ok() && *s != GrammarAutomaton::kDead;
 }
 

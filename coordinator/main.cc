@@ -107,6 +107,13 @@ int main(int argc, char** argv) {
   flags.Int("max-model-len", &max_model_len, "Context limit (0: the model's max_position_embeddings).");
   flags.Float("kv-memory-fraction", &kv_memory_fraction, "Share of a worker's free memory after loading given to the KV cache.");
   flags.Int("kv-memory-mb", &kv_memory_mb, "Fixed KV-cache budget per worker in MiB (overrides the fraction).");
+  double gpu_memory_utilization = 0;
+  flags.Float("gpu-memory-utilization", &gpu_memory_utilization,
+              "Share of each worker's device memory (the host's RAM on the CPU backend), in (0, 1], that it may "
+              "use for weights, activations and the KV cache together, as vLLM's flag: the KV cache gets what the "
+              "weights and the largest step's activations leave of it. A share too small for one sequence of "
+              "the full context, or more than other processes leave free, stops the coordinator at startup "
+              "with the numbers. 0: --kv-memory-fraction sizes the KV cache; --kv-memory-mb overrides both.");
   std::string quantization = "none", kv_cache_dtype = "auto";
   flags.String("quantization", &quantization,
                "Weights quantized at load time: none, int8 (W8A16, per-channel scales) or fp8 (E4M3, "
@@ -214,6 +221,13 @@ int main(int argc, char** argv) {
   }
   if (tp < 1 || replicas < 1) return Fail(absl::StrCat("--tp and --replicas must be positive, got ", tp, " and ", replicas));
   if (policy != "fcfs" && policy != "priority") return Fail(absl::StrCat("--policy must be fcfs or priority, got ", policy));
+  if (!(gpu_memory_utilization >= 0 && gpu_memory_utilization <= 1)) {
+    return Fail(absl::StrCat("--gpu-memory-utilization must be in (0, 1] (0: unset), got ", gpu_memory_utilization));
+  }
+  if (gpu_memory_utilization > 0 && kv_memory_mb > 0) {
+    tessera::Log(tessera::LogLevel::kWarning, "tessera-coordinator",
+                 "--kv-memory-mb sizes the KV cache; --gpu-memory-utilization is ignored");
+  }
   if (auto s = connection_limits.Validate(); !s.ok()) return Fail(std::string(s.message()));
   // Before any socket or file is opened: the limit is raised and the reserve set aside.
   const tessera::net::FdBudget fd_budget = tessera::net::ConfigureFdBudget(connection_limits.fd_reserve);
@@ -343,6 +357,9 @@ int main(int argc, char** argv) {
   co.group.block_size = static_cast<int>(block_size);
   co.group.kv_memory_fraction = kv_memory_fraction;
   co.group.kv_memory_bytes = static_cast<uint64_t>(kv_memory_mb) << 20;
+  co.group.gpu_memory_utilization = gpu_memory_utilization;
+  co.group.max_num_seqs = static_cast<int>(max_num_seqs);
+  co.group.max_num_tokens = static_cast<int>(max_num_batched_tokens);
   co.group.quantization = std::string(tessera::WeightQuantizationName(*weight_format));
   co.group.kv_cache_dtype = kv_cache_dtype;
   co.group.expert_parallel = expert_parallel;
@@ -565,6 +582,13 @@ int main(int argc, char** argv) {
   std::optional<std::chrono::steady_clock::time_point> listener_dead_since;
   int exit_code = 0;
   while (!g_stop) {
+    if (absl::Status s = (*cluster)->ConfigurationError(); !s.ok()) {
+      tessera::Log(tessera::LogLevel::kError, "tessera-coordinator",
+                   "exiting: the workers cannot serve with this configuration",
+                   {{"error", std::string(s.message())}});
+      exit_code = 1;
+      break;
+    }
     // gRPC health follows the same readiness as /readyz.
     const bool now = metrics.readiness().Ready().ok;
     if (now != serving) {

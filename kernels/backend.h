@@ -6,6 +6,7 @@
 #include <memory>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "common/dtype.h"
 
@@ -152,9 +153,16 @@ class Backend {
   // Copies within backend memory. The default stages through the host; backends with
   // their own device memory override it.
   virtual void CopyOnDevice(void* dst, const void* src, size_t bytes);
+  // dst row i = src row rows[i], for `n` rows of `row_bytes` bytes; `rows` is in backend
+  // memory, so a captured graph replays for any choice of rows.
+  virtual void GatherRows(const void* src, const int32_t* rows, int n, size_t row_bytes,
+                          void* dst);
   virtual void Synchronize() = 0;
   // Bytes the backend could still allocate (for sizing the KV cache).
   virtual size_t FreeMemoryBytes() const = 0;
+  // The memory the backend computes in: the device's, or the host's physical RAM on the
+  // CPU (what --gpu-memory-utilization takes a share of). 0: unknown.
+  virtual size_t TotalMemoryBytes() const { return 0; }
   // The layout its Gemm wants int8 weights in; the loader packs them so.
   virtual WeightLayout Int8WeightLayout() const { return WeightLayout::kRowMajor; }
   virtual WeightLayout Int4WeightLayout() const { return WeightLayout::kRowMajor; }
@@ -285,6 +293,16 @@ inline void Backend::CopyOnDevice(void* dst, const void* src, size_t bytes) {
   std::unique_ptr<char[]> staging(new char[bytes]);
   CopyToHost(staging.get(), src, bytes);
   CopyToDevice(dst, staging.get(), bytes);
+}
+
+inline void Backend::GatherRows(const void* src, const int32_t* rows, int n, size_t row_bytes,
+                                void* dst) {
+  std::vector<int32_t> host(n);
+  CopyToHost(host.data(), rows, n * sizeof(int32_t));
+  for (int i = 0; i < n; ++i) {
+    CopyOnDevice(static_cast<char*>(dst) + i * row_bytes,
+                 static_cast<const char*>(src) + host[i] * row_bytes, row_bytes);
+  }
 }
 
 // The CPU backend with `num_threads` worker threads (0: one per core).

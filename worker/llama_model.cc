@@ -1,13 +1,18 @@
 #include "worker/llama_model.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
+#include <optional>
 #include <string>
 
 #include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+#include "absl/time/time.h"
 #include "common/status_macros.h"
 #include "worker/backend_factory.h"
+#include "worker/graph_batch.h"
 
 namespace tessera {
 namespace {
@@ -36,8 +41,12 @@ void Upload(kernels::Backend* backend, const DeviceBuffer& dst, const std::vecto
 }
 
 // Where each array of a step's metadata sits in the packed upload: 16-byte aligned offsets.
+// Index of a StepKindOf kind in ForwardCounts' arrays.
+int KindIndex(std::string_view kind) { return kind == "decode" ? 0 : kind == "mixed" ? 1 : 2; }
+
 struct StepMetadata {
-  size_t token_ids, positions, slots, query_start, context_lens, block_tables, bytes;
+  size_t token_ids, positions, slots, query_start, context_lens, block_tables, logits_rows,
+      bytes;
 
   explicit StepMetadata(const StepBatch& b) {
     size_t at = 0;
@@ -52,6 +61,7 @@ struct StepMetadata {
     query_start = place(b.query_start.size() * sizeof(int32_t));
     context_lens = place(b.context_lens.size() * sizeof(int32_t));
     block_tables = place(b.block_tables.size() * sizeof(int32_t));
+    logits_rows = place(b.logits_rows.size() * sizeof(int32_t));
     bytes = at;
   }
 };
@@ -77,7 +87,8 @@ absl::Status ValidateBatch(const StepBatch& b, const ModelConfig& c,
           absl::StrCat("token id ", b.token_ids[i], " outside the vocabulary of ", c.vocab_size));
     }
     const int64_t max_slot = static_cast<int64_t>(shape.num_blocks) * shape.block_size;
-    if (b.slot_mapping[i] < 0 || b.slot_mapping[i] >= max_slot) {
+    // -1 marks a padding token (graph_batch.h), whose K/V is written nowhere.
+    if (b.slot_mapping[i] < -1 || b.slot_mapping[i] >= max_slot) {
       return absl::InvalidArgumentError(
           absl::StrCat("slot ", b.slot_mapping[i], " outside the KV cache of ", max_slot, " slots"));
     }
@@ -107,23 +118,6 @@ absl::Status ValidateBatch(const StepBatch& b, const ModelConfig& c,
 }
 
 }  // namespace
-
-void StepBatch::AddSequence(absl::Span<const int32_t> tokens, absl::Span<const int32_t> blocks,
-                            int begin, int end, int block_size, bool wants_logits) {
-  if (query_start.empty()) query_start.push_back(0);
-  for (int pos = begin; pos < end; ++pos) {
-    token_ids.push_back(tokens[pos]);
-    positions.push_back(pos);
-    slot_mapping.push_back(static_cast<int64_t>(blocks[pos / block_size]) * block_size +
-                           pos % block_size);
-  }
-  query_start.push_back(num_tokens());
-  context_lens.push_back(end);
-  for (int b = 0; b < max_blocks_per_seq; ++b) {
-    block_tables.push_back(b < static_cast<int>(blocks.size()) ? blocks[b] : 0);
-  }
-  if (wants_logits) logits_rows.push_back(num_tokens() - 1);
-}
 
 absl::StatusOr<std::unique_ptr<LlamaModel>> LlamaModel::Load(const std::filesystem::path& model_dir,
                                                              kernels::Backend* backend,
@@ -173,16 +167,9 @@ absl::StatusOr<std::unique_ptr<KvCache>> LlamaModel::CreateKvCache(int num_block
   return KvCache::Create(backend_, config_.num_hidden_layers, shape);
 }
 
-absl::Status LlamaModel::EnsureWorkspace(int tokens, int seqs, int blocks, int num_logits) {
-  Workspace& w = ws_;
-  if (tokens <= w.tokens && seqs <= w.seqs && blocks <= w.blocks && num_logits <= w.logits) {
-    return absl::OkStatus();
-  }
-  // Grow geometrically so a growing batch does not reallocate every step.
-  tokens = std::max(tokens, w.tokens);
-  seqs = std::max(seqs, w.seqs);
-  blocks = std::max(blocks, w.blocks);
-  num_logits = std::max(num_logits, w.logits);
+std::vector<LlamaModel::WorkspacePart> LlamaModel::WorkspaceParts(Workspace* w, int tokens,
+                                                                  int seqs, int blocks,
+                                                                  int num_logits) const {
   const size_t h = config_.hidden_size, hd = config_.head_dim;
   const size_t nq = layout_.q_heads.size(), nkv = layout_.kv_heads.size();
   // The gate/up and activation buffers also serve the shared expert of a MoE layer.
@@ -193,31 +180,59 @@ absl::Status LlamaModel::EnsureWorkspace(int tokens, int seqs, int blocks, int n
   // backend's activation dtype (BF16 on CUDA by default).
   const size_t t = tokens, f = sizeof(float), world = layout_.world;
   const size_t a = DTypeSize(backend_->activation_dtype());
-  RETURN_IF_ERROR(Reserve(backend_, &w.hidden, t * h * f, "hidden states"));
-  RETURN_IF_ERROR(Reserve(backend_, &w.normed, t * h * a, "normed states"));
-  RETURN_IF_ERROR(Reserve(backend_, &w.qkv, t * (nq + 2 * nkv) * hd * a, "qkv"));
-  RETURN_IF_ERROR(Reserve(backend_, &w.attn, t * nq * hd * a, "attention output"));
-  RETURN_IF_ERROR(Reserve(backend_, &w.proj, t * h * a, "projection output"));
-  RETURN_IF_ERROR(Reserve(backend_, &w.gate_up, t * 2 * inter * a, "gate/up"));
-  RETURN_IF_ERROR(Reserve(backend_, &w.act, t * inter * a, "MLP activation"));
-  RETURN_IF_ERROR(Reserve(backend_, &w.selected, num_logits * h * a, "logit rows"));
+  std::vector<WorkspacePart> parts = {
+      {&w->hidden, t * h * f, "hidden states"},
+      {&w->normed, t * h * a, "normed states"},
+      {&w->qkv, t * (nq + 2 * nkv) * hd * a, "qkv"},
+      {&w->attn, t * nq * hd * a, "attention output"},
+      {&w->proj, t * h * a, "projection output"},
+      {&w->gate_up, t * 2 * inter * a, "gate/up"},
+      {&w->act, t * inter * a, "MLP activation"},
+      {&w->selected, num_logits * h * a, "logit rows"},
+  };
   if (config_.is_moe()) {
     const size_t experts = config_.moe.num_experts, top_k = config_.moe.top_k;
-    RETURN_IF_ERROR(Reserve(backend_, &w.router_logits, t * experts * f, "router logits"));
-    RETURN_IF_ERROR(Reserve(backend_, &w.expert_ids, t * top_k * sizeof(int32_t), "expert ids"));
-    RETURN_IF_ERROR(Reserve(backend_, &w.expert_weights, t * top_k * f, "expert weights"));
+    parts.push_back({&w->router_logits, t * experts * f, "router logits"});
+    parts.push_back({&w->expert_ids, t * top_k * sizeof(int32_t), "expert ids"});
+    parts.push_back({&w->expert_weights, t * top_k * f, "expert weights"});
     if (config_.moe.shared_intermediate_size > 0) {
-      RETURN_IF_ERROR(Reserve(backend_, &w.shared_out, t * h * a, "shared expert output"));
-      RETURN_IF_ERROR(Reserve(backend_, &w.shared_gate, t * f, "shared expert gate"));
+      parts.push_back({&w->shared_out, t * h * a, "shared expert output"});
+      parts.push_back({&w->shared_gate, t * f, "shared expert gate"});
     }
   }
-  RETURN_IF_ERROR(Reserve(backend_, &w.logits_local,
-                          num_logits * vocab_max * f * (world + 1), "logits"));
-  // Token ids, positions, slots (8 bytes), query starts, context lengths, block tables,
-  // each padded to 16 bytes: StepMetadata's packing at these sizes.
+  parts.push_back({&w->logits_local, num_logits * vocab_max * f * (world + 1), "logits"});
+  // Token ids, positions, slots (8 bytes), query starts, context lengths, block tables and
+  // logits rows, each padded to 16 bytes: StepMetadata's packing at these sizes.
   const size_t metadata = t * (4 + 4 + 8) + (seqs + 1) * 4 + seqs * 4 +
-                          static_cast<size_t>(seqs) * blocks * 4 + 6 * 16;
-  RETURN_IF_ERROR(Reserve(backend_, &w.metadata, metadata, "step metadata"));
+                          static_cast<size_t>(seqs) * blocks * 4 + num_logits * 4 + 7 * 16;
+  parts.push_back({&w->metadata, metadata, "step metadata"});
+  return parts;
+}
+
+size_t LlamaModel::WorkspaceBytes(int num_tokens, int num_seqs, int max_blocks,
+                                  int num_logits) const {
+  Workspace sizes_only;  // Nothing is allocated: only the sizes are read.
+  size_t total = 0;
+  for (const WorkspacePart& part :
+       WorkspaceParts(&sizes_only, num_tokens, num_seqs, max_blocks, num_logits)) {
+    total += part.bytes;
+  }
+  return total;
+}
+
+absl::Status LlamaModel::EnsureWorkspace(int tokens, int seqs, int blocks, int num_logits) {
+  Workspace& w = ws_;
+  if (tokens <= w.tokens && seqs <= w.seqs && blocks <= w.blocks && num_logits <= w.logits) {
+    return absl::OkStatus();
+  }
+  // Never shrink: a buffer that moves invalidates every captured graph.
+  tokens = std::max(tokens, w.tokens);
+  seqs = std::max(seqs, w.seqs);
+  blocks = std::max(blocks, w.blocks);
+  num_logits = std::max(num_logits, w.logits);
+  for (const WorkspacePart& part : WorkspaceParts(&w, tokens, seqs, blocks, num_logits)) {
+    RETURN_IF_ERROR(Reserve(backend_, part.buffer, part.bytes, part.what));
+  }
   ++w.generation;
   w.tokens = tokens;
   w.seqs = seqs;
@@ -229,12 +244,20 @@ absl::Status LlamaModel::EnsureWorkspace(int tokens, int seqs, int blocks, int n
 absl::Status LlamaModel::Forward(const StepBatch& batch, KvCache* cache,
                                  std::vector<float>* logits, const float** device_logits) {
   RETURN_IF_ERROR(ValidateBatch(batch, config_, cache->shape()));
-  if (GraphEligible(batch, *cache)) return ForwardWithGraph(batch, cache, logits, device_logits);
+  if (const std::optional<GraphShape> shape = GraphShapeOf(batch, *cache); shape.has_value()) {
+    return ForwardWithGraph(batch, *shape, cache, logits, device_logits);
+  }
+  return ForwardEager(batch, cache, logits, device_logits);
+}
+
+absl::Status LlamaModel::ForwardEager(const StepBatch& batch, KvCache* cache,
+                                      std::vector<float>* logits, const float** device_logits) {
   const int num_logits = static_cast<int>(batch.logits_rows.size());
   RETURN_IF_ERROR(EnsureWorkspace(batch.num_tokens(), batch.num_seqs(), batch.max_blocks_per_seq,
                                   std::max(num_logits, 1)));
   kernels::Backend& be = *backend_;
-  RETURN_IF_ERROR(EnqueueStep(UploadStep(batch), cache, batch.logits_rows));
+  ++forward_counts_.eager[KindIndex(StepKindOf(batch))];
+  RETURN_IF_ERROR(EnqueueStep(UploadStep(batch), cache));
   if (num_logits == 0) {
     logits->clear();
     RETURN_IF_ERROR(comm_->Wait());  // Bounded, where a synchronize would wait on a dead peer.
@@ -257,6 +280,7 @@ LlamaModel::StepView LlamaModel::UploadStep(const StepBatch& batch) {
   Pack(batch.query_start, meta.query_start, &w.metadata_host);
   Pack(batch.context_lens, meta.context_lens, &w.metadata_host);
   Pack(batch.block_tables, meta.block_tables, &w.metadata_host);
+  Pack(batch.logits_rows, meta.logits_rows, &w.metadata_host);
   backend_->CopyToDeviceAsync(w.metadata.get(), w.metadata_host.data(), meta.bytes);
   auto* device_meta = static_cast<uint8_t*>(w.metadata.get());
 
@@ -265,6 +289,8 @@ LlamaModel::StepView LlamaModel::UploadStep(const StepBatch& batch) {
   v.token_ids = reinterpret_cast<const int32_t*>(device_meta + meta.token_ids);
   v.positions = reinterpret_cast<const int32_t*>(device_meta + meta.positions);
   v.slots = reinterpret_cast<const int64_t*>(device_meta + meta.slots);
+  v.num_logits = static_cast<int>(batch.logits_rows.size());
+  v.logits_rows = reinterpret_cast<const int32_t*>(device_meta + meta.logits_rows);
   kernels::AttentionBatch& a = v.attention;
   a.num_seqs = batch.num_seqs();
   a.num_tokens = batch.num_tokens();
@@ -280,8 +306,7 @@ LlamaModel::StepView LlamaModel::UploadStep(const StepBatch& batch) {
   return v;
 }
 
-absl::Status LlamaModel::EnqueueStep(const StepView& step, KvCache* cache,
-                                     const std::vector<int32_t>& logits_rows) {
+absl::Status LlamaModel::EnqueueStep(const StepView& step, KvCache* cache) {
   kernels::Backend& be = *backend_;
   Workspace& w = ws_;
   const int n = step.num_tokens;
@@ -343,15 +368,12 @@ absl::Status LlamaModel::EnqueueStep(const StepView& step, KvCache* cache,
     }
     RETURN_IF_ERROR(comm_->AllReduceSum(proj, static_cast<size_t>(n) * h, act_dtype));
   }
-  const int rows = static_cast<int>(logits_rows.size());
+  const int rows = step.num_logits;
   if (rows == 0) return absl::OkStatus();
   be.AddRmsNorm(hidden, proj, weights_.final_norm.as<float>(), n, h, eps, normed);
+  // The rows are read on the device, so a graph replays for any choice of them.
   char* selected = w.selected.as<char>();
-  const size_t row_bytes = static_cast<size_t>(h) * act;
-  for (int i = 0; i < rows; ++i) {
-    be.CopyOnDevice(selected + static_cast<size_t>(i) * row_bytes,
-                    normed + static_cast<size_t>(logits_rows[i]) * row_bytes, row_bytes);
-  }
+  be.GatherRows(normed, step.logits_rows, rows, static_cast<size_t>(h) * act, selected);
   // The logits are float32 whatever the activation dtype (sampling reads them).
   const int world = layout_.world;
   float* local_logits = w.logits_local.as<float>();
@@ -453,17 +475,6 @@ absl::Status LlamaModel::ReadLogits(int rows, int keep, std::vector<float>* logi
 
 namespace {
 
-// Decode batch sizes with a graph of their own; a batch runs in the smallest that holds it
-// (the padding rows are dummy sequences on the null block).
-constexpr int kGraphSizes[] = {1, 2, 4, 8, 16, 24, 32, 48, 64, 96, 128, 192, 256};
-
-int GraphSizeFor(int seqs) {
-  for (int size : kGraphSizes) {
-    if (seqs <= size) return size;
-  }
-  return 0;
-}
-
 // Block-table width of every graph: the most blocks a sequence can hold.
 int GraphBlocks(const ModelConfig& config, const kernels::KvCacheShape& shape) {
   const int for_context =
@@ -471,44 +482,38 @@ int GraphBlocks(const ModelConfig& config, const kernels::KvCacheShape& shape) {
   return std::min(for_context, shape.num_blocks);
 }
 
+// Graphs captured at most (for one workspace and cache). Decode takes 13 sizes; the other
+// shapes are captured as they occur, and a steady load repeats a few of them.
+constexpr size_t kMaxGraphs = 128;
+
 }  // namespace
 
-bool LlamaModel::GraphEligible(const StepBatch& batch, const KvCache& cache) const {
-  if (!graphs_enabled_ || !backend_->SupportsGraphs() || !comm_->Capturable()) return false;
-  const int seqs = batch.num_seqs();
-  return batch.num_tokens() == seqs && static_cast<int>(batch.logits_rows.size()) == seqs &&
-         GraphSizeFor(seqs) > 0 &&
-         batch.max_blocks_per_seq <= GraphBlocks(config_, cache.shape());
+std::optional<GraphShape> LlamaModel::GraphShapeOf(const StepBatch& batch,
+                                                   const KvCache& cache) const {
+  if (!graphs_enabled_ || !backend_->SupportsGraphs() || !comm_->Capturable()) {
+    return std::nullopt;
+  }
+  GraphLimits limits;
+  limits.width = GraphBlocks(config_, cache.shape());
+  limits.block_size = cache.shape().block_size;
+  if (ws_.reserved) {
+    // Past the warmed-up workspace a step would reallocate it and drop every graph.
+    limits.max_tokens = ws_.tokens;
+    limits.max_seqs = ws_.seqs;
+  }
+  std::optional<GraphShape> shape = GraphShapeFor(batch, limits);
+  if (!shape.has_value() || (ws_.reserved && shape->logits > ws_.logits)) return std::nullopt;
+  if (!graphs_.contains(*shape) && graphs_.size() >= kMaxGraphs) return std::nullopt;
+  return shape;
 }
 
-absl::Status LlamaModel::ForwardWithGraph(const StepBatch& batch, KvCache* cache,
-                                          std::vector<float>* logits,
+absl::Status LlamaModel::ForwardWithGraph(const StepBatch& batch, const GraphShape& shape,
+                                          KvCache* cache, std::vector<float>* logits,
                                           const float** device_logits) {
   kernels::Backend& be = *backend_;
-  const int seqs = batch.num_seqs();
-  const int size = GraphSizeFor(seqs);
   const int width = GraphBlocks(config_, cache->shape());
-  // The batch at the graph's shape: block tables widened to `width`, then dummy sequences
-  // (token 0 at position 0, K/V into the null block 0, which no sequence owns) up to `size`.
-  StepBatch padded;
-  padded.max_blocks_per_seq = width;
-  padded.query_start.push_back(0);
-  for (int s = 0; s < size; ++s) {
-    const bool real = s < seqs;
-    padded.token_ids.push_back(real ? batch.token_ids[s] : 0);
-    padded.positions.push_back(real ? batch.positions[s] : 0);
-    padded.slot_mapping.push_back(real ? batch.slot_mapping[s] : 0);
-    padded.query_start.push_back(s + 1);
-    padded.context_lens.push_back(real ? batch.context_lens[s] : 1);
-    for (int b = 0; b < width; ++b) {
-      padded.block_tables.push_back(
-          real && b < batch.max_blocks_per_seq
-              ? batch.block_tables[static_cast<size_t>(s) * batch.max_blocks_per_seq + b]
-              : 0);
-    }
-    padded.logits_rows.push_back(s);
-  }
-  RETURN_IF_ERROR(EnsureWorkspace(size, size, width, size));
+  const StepBatch padded = PadToGraphShape(batch, shape, width);
+  RETURN_IF_ERROR(EnsureWorkspace(shape.tokens, shape.seqs, width, shape.logits));
   // Graphs bake in pointers: the workspace's, the cache's and the backend's scratch.
   if (graphs_generation_ != ws_.generation || graphs_cache_ != cache ||
       graphs_epoch_ != be.GraphEpoch()) {
@@ -518,26 +523,112 @@ absl::Status LlamaModel::ForwardWithGraph(const StepBatch& batch, KvCache* cache
     graphs_cache_ = cache;
     graphs_epoch_ = be.GraphEpoch();
   }
+  const int kind = KindIndex(StepKindOf(batch));
   const StepView step = UploadStep(padded);
-  if (auto it = graphs_.find(size); it != graphs_.end()) {
+  if (auto it = graphs_.find(shape); it != graphs_.end()) {
     be.LaunchGraph(it->second);
+    ++forward_counts_.replayed[kind];
   } else {
     // This step runs eagerly, which also grows every scratch buffer the step needs; then
-    // the same ops are recorded for the next steps of this size.
-    RETURN_IF_ERROR(EnqueueStep(step, cache, padded.logits_rows));
+    // the same ops are recorded for the next steps of this shape.
+    RETURN_IF_ERROR(EnqueueStep(step, cache));
     if (graphs_epoch_ == be.GraphEpoch() && be.BeginCapture()) {
-      const absl::Status captured = EnqueueStep(step, cache, padded.logits_rows);
+      const absl::Status captured = EnqueueStep(step, cache);
       const int id = be.EndCapture();
       RETURN_IF_ERROR(captured);
       if (id >= 0) {
-        graphs_[size] = id;
+        graphs_[shape] = id;
+        ++forward_counts_.captured[kind];
       } else {
         graphs_enabled_ = false;  // Logged by the backend; eager from now on.
+        ++forward_counts_.eager[kind];
       }
+    } else {
+      ++forward_counts_.eager[kind];
     }
   }
-  RETURN_IF_ERROR(ReadLogits(size, seqs, logits, device_logits));
+  RETURN_IF_ERROR(ReadLogits(shape.logits, static_cast<int>(batch.logits_rows.size()), logits,
+                             device_logits));
   return CheckBackend(be, "forward pass (graph)");
+}
+
+LlamaModel::ReservedSizes LlamaModel::ReservedSizesFor(int max_num_seqs, int max_num_tokens,
+                                                       int max_num_logits) const {
+  max_num_seqs = std::max(max_num_seqs, 1);
+  max_num_tokens = std::max(max_num_tokens, max_num_seqs);
+  max_num_logits = std::clamp(max_num_logits, max_num_seqs, max_num_tokens);
+  if (!backend_->SupportsGraphs()) return {max_num_tokens, max_num_seqs, max_num_logits};
+  // Padded to graph shapes. Tokens: padding adds at most 255 of rounding, 64 padding
+  // decode sequences and a power of two of other sequences (at most their count plus one);
+  // 512 cover all three for up to 128 other sequences. Sequences: a decode bucket is at
+  // most 1.6 times its count (5 -> 8), the others' at most twice theirs plus one.
+  return {max_num_tokens + 512, 2 * max_num_seqs + 2,
+          std::max(GraphTokenBucket(max_num_logits), DecodeGraphSize(std::min(max_num_seqs, 256)))};
+}
+
+size_t LlamaModel::ReservedWorkspaceBytes(int max_num_seqs, int max_num_tokens,
+                                          int max_num_logits, int max_blocks) const {
+  const ReservedSizes sizes = ReservedSizesFor(max_num_seqs, max_num_tokens, max_num_logits);
+  return WorkspaceBytes(sizes.tokens, sizes.seqs, max_blocks, sizes.logits);
+}
+
+absl::StatusOr<WarmupReport> LlamaModel::WarmUp(KvCache* cache, int max_num_seqs,
+                                                int max_num_tokens, int max_num_logits) {
+  WarmupReport report;
+  if (!backend_->SupportsGraphs() || !comm_->Capturable() || !graphs_enabled_) return report;
+  const absl::Time start = absl::Now();
+  kernels::Backend& be = *backend_;
+  const int width = GraphBlocks(config_, cache->shape());
+  // The workspace for the largest step padded to its graph shape, once: a buffer that moved
+  // later would invalidate every graph captured before it.
+  const ReservedSizes sizes = ReservedSizesFor(max_num_seqs, max_num_tokens, max_num_logits);
+  RETURN_IF_ERROR(EnsureWorkspace(sizes.tokens, sizes.seqs, width, sizes.logits));
+  ws_.reserved = true;
+  report.workspace_bytes = WorkspaceBytes(sizes.tokens, sizes.seqs, width, sizes.logits);
+  // One eager step at the largest size grows the backend's own scratch (GEMM and attention
+  // workspaces) before any graph records pointers into it: padding tokens only, which
+  // write no KV.
+  {
+    const int tokens = std::min(sizes.tokens, width * cache->shape().block_size);
+    StepBatch biggest;
+    biggest.max_blocks_per_seq = width;
+    biggest.query_start = {0, tokens};
+    biggest.context_lens = {tokens};
+    biggest.block_tables.assign(width, 0);
+    biggest.slot_mapping.assign(tokens, -1);
+    biggest.token_ids.assign(tokens, 0);
+    for (int i = 0; i < tokens; ++i) biggest.positions.push_back(i);
+    biggest.logits_rows = {tokens - 1};
+    std::vector<float> ignored;
+    RETURN_IF_ERROR(ForwardEager(biggest, cache, &ignored, nullptr));
+  }
+  const size_t free_before = be.FreeMemoryBytes();
+  std::vector<float> logits;
+  for (int size : kDecodeGraphSizes) {
+    if (size > DecodeGraphSize(std::min(max_num_seqs, 256))) break;
+    StepBatch decode;
+    decode.max_blocks_per_seq = 1;
+    decode.query_start.push_back(0);
+    for (int s = 0; s < size; ++s) {
+      decode.token_ids.push_back(0);
+      decode.positions.push_back(0);
+      decode.slot_mapping.push_back(-1);
+      decode.query_start.push_back(s + 1);
+      decode.context_lens.push_back(1);
+      decode.block_tables.push_back(0);
+      decode.logits_rows.push_back(s);
+    }
+    std::optional<GraphShape> shape = GraphShapeOf(decode, *cache);
+    if (!shape.has_value()) break;
+    RETURN_IF_ERROR(ForwardWithGraph(decode, *shape, cache, &logits, nullptr));
+  }
+  const size_t free_after = be.FreeMemoryBytes();
+  report.graphs_captured = static_cast<int>(graphs_.size());
+  report.graph_bytes = free_before > free_after ? free_before - free_after : 0;
+  report.seconds = absl::ToDoubleSeconds(absl::Now() - start);
+  // Warm-up passes are not traffic.
+  forward_counts_ = ForwardCounts();
+  return report;
 }
 
 }  // namespace tessera

@@ -5,6 +5,7 @@
 #include <filesystem>
 #include <map>
 #include <memory>
+#include <optional>
 #include <vector>
 
 #include "absl/status/statusor.h"
@@ -17,31 +18,10 @@
 #include "worker/device_buffer.h"
 #include "worker/kv_cache.h"
 #include "worker/model_weights.h"
+#include "worker/step_batch.h"
+#include "worker/graph_batch.h"
 
 namespace tessera {
-
-// One step's tokens, flattened over its sequences (host memory). Sequence s computes
-// tokens [query_start[s], query_start[s+1]); after the step its cache holds
-// context_lens[s] tokens. See kernels::AttentionBatch.
-struct StepBatch {
-  std::vector<int32_t> token_ids;       // [num_tokens]
-  std::vector<int32_t> positions;       // [num_tokens]
-  std::vector<int64_t> slot_mapping;    // [num_tokens]
-  std::vector<int32_t> query_start;     // [num_seqs + 1]
-  std::vector<int32_t> context_lens;    // [num_seqs]
-  std::vector<int32_t> block_tables;    // [num_seqs * max_blocks_per_seq], padded with 0
-  int max_blocks_per_seq = 0;
-  std::vector<int32_t> logits_rows;     // Token rows whose next-token logits are wanted.
-
-  int num_tokens() const { return static_cast<int>(token_ids.size()); }
-  int num_seqs() const { return static_cast<int>(context_lens.size()); }
-
-  // Appends tokens [begin, end) of a sequence whose KV lives in `blocks` (its table is
-  // padded to max_blocks_per_seq, which must be set first). With `wants_logits` the
-  // logits of its last token are returned.
-  void AddSequence(absl::Span<const int32_t> tokens, absl::Span<const int32_t> blocks, int begin,
-                   int end, int block_size, bool wants_logits);
-};
 
 // Choices made when a model is loaded (see common/quantization.h).
 struct ModelLoadOptions {
@@ -50,6 +30,24 @@ struct ModelLoadOptions {
   // Mixtures of experts: whole experts per rank instead of every expert split across the
   // ranks (ShardLayout). Attention stays tensor-parallel either way.
   bool expert_parallel = false;
+};
+
+// What LlamaModel::WarmUp did before serving.
+struct WarmupReport {
+  size_t workspace_bytes = 0;  // Activation buffers reserved for the largest step.
+  size_t graph_bytes = 0;      // Free device memory the captured graphs took.
+  int graphs_captured = 0;
+  double seconds = 0;
+};
+
+// Forward passes since load (or the warm-up), by what the step computed (decode, mixed,
+// prefill: graph_batch.h's StepKindOf) and how it ran: replaying a captured graph,
+// running eagerly and capturing one for the next steps of its shape, or eagerly only.
+struct ForwardCounts {
+  static constexpr const char* kKinds[3] = {"decode", "mixed", "prefill"};
+  int64_t replayed[3] = {};
+  int64_t captured[3] = {};
+  int64_t eager[3] = {};
 };
 
 // The Llama decoder on one tensor-parallel rank: its weight slices, the two row-parallel
@@ -71,6 +69,16 @@ class LlamaModel {
   absl::Status Forward(const StepBatch& batch, KvCache* cache, std::vector<float>* logits,
                        const float** device_logits = nullptr);
 
+  // Before serving on a backend with graphs (CUDA): reserves the workspace for the largest
+  // step, runs it once so the backend's scratch is grown, and captures the decode graphs up
+  // to `max_num_seqs`, so that no step later reallocates (dropping graphs) or stalls on a
+  // capture. Writes no KV. A no-op on backends without graphs.
+  absl::StatusOr<WarmupReport> WarmUp(KvCache* cache, int max_num_seqs, int max_num_tokens,
+                                      int max_num_logits);
+  const ForwardCounts& forward_counts() const { return forward_counts_; }
+  // Graphs on or off (vLLM's --enforce-eager); on by default where the backend has them.
+  void set_graphs_enabled(bool enabled) { graphs_enabled_ = enabled; }
+
   // Allocates this rank's KV cache with `num_blocks` blocks of `block_size` tokens.
   absl::StatusOr<std::unique_ptr<KvCache>> CreateKvCache(int num_blocks, int block_size) const;
   // Bytes of one KV block on this rank (all layers, K and V).
@@ -79,6 +87,13 @@ class LlamaModel {
   const ModelConfig& config() const { return config_; }
   const ShardLayout& layout() const { return layout_; }
   uint64_t weight_bytes() const { return weights_.bytes; }
+  // Backend memory of the per-step activation buffers for a step of these sizes (the
+  // largest step sizes the KV pool's reserve; EnsureWorkspace allocates exactly this).
+  size_t WorkspaceBytes(int num_tokens, int num_seqs, int max_blocks, int num_logits) const;
+  // What WarmUp reserves for the scheduler's limits: WorkspaceBytes of the largest step,
+  // padded to its graph shape on a backend with graphs. The KV pool leaves this free.
+  size_t ReservedWorkspaceBytes(int max_num_seqs, int max_num_tokens, int max_num_logits,
+                                int max_blocks) const;
   // What this rank holds (benchmarks count the bytes a step streams from it).
   const ModelWeights& weights() const { return weights_; }
   const ModelLoadOptions& options() const { return options_; }
@@ -96,16 +111,33 @@ class LlamaModel {
     const int32_t* token_ids = nullptr;
     const int32_t* positions = nullptr;
     const int64_t* slots = nullptr;
+    int num_logits = 0;
+    const int32_t* logits_rows = nullptr;  // [num_logits] token rows whose logits are wanted.
     kernels::AttentionBatch attention;
   };
 
+  struct ReservedSizes {
+    int tokens, seqs, logits;
+  };
+  ReservedSizes ReservedSizesFor(int max_num_seqs, int max_num_tokens, int max_num_logits) const;
+
+  struct WorkspacePart {
+    DeviceBuffer* buffer;
+    size_t bytes;
+    const char* what;
+  };
+  struct Workspace;
+  // The buffers of `w` a step of these sizes needs, and their sizes.
+  std::vector<WorkspacePart> WorkspaceParts(Workspace* w, int num_tokens, int num_seqs,
+                                            int max_blocks, int num_logits) const;
   absl::Status EnsureWorkspace(int num_tokens, int num_seqs, int max_blocks, int num_logits);
   // Queues the copy of the step's metadata into the workspace (it must be big enough).
   StepView UploadStep(const StepBatch& batch);
-  // Queues the whole step on the backend, nothing read back: the layers and, for
-  // `logits_rows`, the final norm and lm_head (and with tp > 1 the logits' all-gather).
-  absl::Status EnqueueStep(const StepView& step, KvCache* cache,
-                           const std::vector<int32_t>& logits_rows);
+  // Queues the whole step on the backend, nothing read back: the layers and, for the
+  // step's logits rows, the final norm and lm_head (and with tp > 1 the logits' all-gather).
+  absl::Status EnqueueStep(const StepView& step, KvCache* cache);
+  absl::Status ForwardEager(const StepBatch& batch, KvCache* cache, std::vector<float>* logits,
+                            const float** device_logits);
   // Queues a mixture-of-experts MLP of `n` tokens over `normed`, this rank's part of its
   // output into `out` (the caller's all-reduce completes it).
   void EnqueueMoe(const LayerWeights& lw, int n, const void* normed, void* out);
@@ -113,10 +145,12 @@ class LlamaModel {
   // on the device (*device_logits).
   absl::Status ReadLogits(int rows, int keep, std::vector<float>* logits,
                           const float** device_logits);
-  // Pure decode steps replay a backend graph per batch size (padded up to a captured one).
-  bool GraphEligible(const StepBatch& batch, const KvCache& cache) const;
-  absl::Status ForwardWithGraph(const StepBatch& batch, KvCache* cache,
-                                std::vector<float>* logits, const float** device_logits);
+  // Steps replay a backend graph per padded shape (graph_batch.h); nothing when graphs
+  // are off, the backend has none, or the step is past the shapes graphs are kept for.
+  std::optional<GraphShape> GraphShapeOf(const StepBatch& batch, const KvCache& cache) const;
+  absl::Status ForwardWithGraph(const StepBatch& batch, const GraphShape& shape,
+                                KvCache* cache, std::vector<float>* logits,
+                                const float** device_logits);
 
   ModelConfig config_;
   ShardLayout layout_;
@@ -140,11 +174,13 @@ class LlamaModel {
     DeviceBuffer metadata;
     std::vector<uint8_t> metadata_host;
     uint64_t generation = 0;  // Bumped whenever a buffer moves (graphs bake pointers in).
+    bool reserved = false;    // Sized by WarmUp for the largest step: graphs stay inside it.
   } ws_;
 
-  // Decode graphs by padded batch size, valid for one workspace generation and one cache.
+  // Graphs by padded shape, valid for one workspace generation and one cache.
   bool graphs_enabled_ = true;
-  std::map<int, int> graphs_;
+  std::map<GraphShape, int> graphs_;
+  ForwardCounts forward_counts_;
   uint64_t graphs_generation_ = 0;
   uint64_t graphs_epoch_ = 0;
   const KvCache* graphs_cache_ = nullptr;

@@ -1,7 +1,10 @@
 #!/usr/bin/env bash
 # One-command GPU check: configures and builds the CUDA backend, the gpu tests and gpu_bench
 # (Release, one architecture, only those targets), runs `ctest -L gpu`, then gpu_bench,
-# writing benchmarks/results/gpu_check-<date>.json and printing its table and a summary.
+# writing benchmarks/results/gpu_check-<date>.json and printing its table and a summary;
+# then, where `tessera` and `tessera-bench` exist (prebuilt and full modes), the serving
+# benchmark (benchmarks/gpu/serve_bench.sh: `tessera serve --device cuda` on a generated
+# Llama-3.1-8B-shaped checkpoint, benchmarks/results/gpu_serving-<date>.{json,md}).
 # Installs nothing system-wide and downloads nothing. benchmarks/gpu/README.md says how to
 # run it on the lent GPU machine.
 #
@@ -28,7 +31,9 @@
 #   DEPS_DIR           fetch_deps.sh's folder: .deb files and stories260K (default .gpu-deps)
 #   DEPS_PREFIX        where gpu-only unpacks the .deb files (default /tmp/tessera-deps)
 #   TIME_BUDGET        seconds for the whole script; each step's timeout is cut to fit
-#                      (default 420 prebuilt, 450 gpu-only, 1200 full)
+#                      (default 470 prebuilt: tests and gpu_bench took 25-60 s on the H200,
+#                      the serving benchmark takes up to 300 s more, and one device call
+#                      must stay under 8 minutes; 450 gpu-only, 1200 full)
 #   BUILD_DIR          build folder (default build-gpu-check)
 #   CUDA_ARCH          CMAKE_CUDA_ARCHITECTURES (default 90a: H100/H200)
 #   JOBS               parallel compile jobs (default: all cores)
@@ -38,6 +43,10 @@
 #                      (gpu_bench runs with BF16 activations, the worker's default, and
 #                      times decode with FP32 ones too; "--activations f32" swaps them)
 #   OUT_JSON           where the JSON goes (default benchmarks/results/gpu_check-<date>.json)
+#   GPU_CHECK_SERVE    0 skips the serving benchmark (default 1)
+#   SERVE_BENCH_BUDGET seconds for the serving benchmark (default 300, cut to what is left);
+#                      its other SERVE_BENCH_* settings pass through (serve_bench.sh --help).
+#                      Its checkpoint is written in the background while the tests run.
 #   OUT                when set (the device tool sets it), the JSON, the logs and the summary
 #                      are copied there as well
 set -uo pipefail
@@ -70,7 +79,8 @@ copy_to_out() {
   [ -n "${OUT:-}" ] && [ -d "${OUT:-}" ] || return 0
   local f
   for f in "$OUT_JSON" "$BUILD_DIR/configure.log" "$BUILD_DIR/build.log" "$BUILD_DIR/ctest.log" \
-           "$BUILD_DIR/gpu_bench.log" "$BUILD_DIR/summary.txt"; do
+           "$BUILD_DIR/gpu_bench.log" "$BUILD_DIR/serve_gen.log" "$BUILD_DIR/serve_bench.log" \
+           "$BUILD_DIR/summary.txt"; do
     [ -f "$f" ] && cp "$f" "$OUT/"
   done
 }
@@ -168,7 +178,7 @@ fi
 # mode fits the lent machine's 10-minute command limit with room for its start.
 case "$MODE" in
   full) TIME_BUDGET=${TIME_BUDGET:-1200}; CTEST_JOBS=${CTEST_JOBS:-1}; limits=(600 240 300) ;;
-  prebuilt) TIME_BUDGET=${TIME_BUDGET:-420}; CTEST_JOBS=${CTEST_JOBS:-4}; limits=(0 240 200) ;;
+  prebuilt) TIME_BUDGET=${TIME_BUDGET:-470}; CTEST_JOBS=${CTEST_JOBS:-4}; limits=(0 240 200) ;;
   gpu-only) TIME_BUDGET=${TIME_BUDGET:-450}; CTEST_JOBS=${CTEST_JOBS:-4}; limits=(360 180 240) ;;
   *) die "GPU_CHECK_MODE must be auto, full, prebuilt or gpu-only, not '$MODE'" 2 ;;
 esac
@@ -207,10 +217,10 @@ command -v ccache >/dev/null 2>&1 && say "ccache found: compiles are cached"
 
 if [ "$MODE" = prebuilt ]; then
   setup_prebuilt
-  rm -f "$BUILD_DIR"/{configure,build,ctest,gpu_bench}.log "$BUILD_DIR/summary.txt"
+  rm -f "$BUILD_DIR"/{configure,build,ctest,gpu_bench,serve_bench,serve_gen}.log "$BUILD_DIR/summary.txt"
 else
   mkdir -p "$BUILD_DIR"
-  rm -f "$BUILD_DIR"/{configure,build,ctest,gpu_bench}.log "$BUILD_DIR/summary.txt"
+  rm -f "$BUILD_DIR"/{configure,build,ctest,gpu_bench,serve_bench,serve_gen}.log "$BUILD_DIR/summary.txt"
   cmake_args=(-DCMAKE_BUILD_TYPE=Release -DCMAKE_CUDA_ARCHITECTURES="$CUDA_ARCH"
               -DTESSERA_ENABLE_CUDA=ON -DTESSERA_BUILD_TESTS=ON -DTESSERA_BUILD_BENCHMARKS=ON)
   if [ "$MODE" = full ]; then
@@ -223,6 +233,8 @@ else
     TARGETS=(tessera_kernels_cuda kernels_cuda_test cuda_forward_test cuda_int4_forward_test
              cuda_tensor_parallel_forward_test tessera cli_run_cuda_test serving_cuda_test
              gpu_bench)
+    # The serving benchmark's programs.
+    [ "${GPU_CHECK_SERVE:-1}" = 0 ] || TARGETS+=(tessera-bench tessera-coordinator tessera-worker)
     cmake_args+=(-DTESSERA_GPU_CHECK_ONLY=OFF)
     say "mode full: the system's Debian dev packages"
   else
@@ -298,6 +310,32 @@ else
   say "built"
 fi
 
+# ---- The serving benchmark's checkpoint (16 GB, ~40 s of one CPU core), written in the
+# background while the tests and gpu_bench run on the GPU.
+serve_why=
+if [ "${GPU_CHECK_SERVE:-1}" = 0 ]; then serve_why="GPU_CHECK_SERVE=0"
+elif [ "$MODE" = gpu-only ]; then serve_why="the gpu-only build has no tessera or tessera-bench"
+elif [ ! -x "$BUILD_DIR/bin/tessera" ] || [ ! -x "$BUILD_DIR/bin/tessera-bench" ]; then
+  serve_why="no $BUILD_DIR/bin/tessera-bench (a pack from before it was packed: run pack_prebuilt.sh again)"
+elif ! command -v python3 >/dev/null 2>&1; then serve_why="no python3 on PATH"
+fi
+SERVE_MODEL_DIR=
+GEN_PID=
+serve_cleanup() {
+  [ -n "$GEN_PID" ] && kill -TERM "$GEN_PID" 2>/dev/null && wait "$GEN_PID" 2>/dev/null
+  [ -n "$SERVE_MODEL_DIR" ] && rm -rf "$SERVE_MODEL_DIR"
+}
+trap serve_cleanup EXIT
+if [ -z "$serve_why" ]; then
+  SERVE_MODEL_DIR=$(mktemp -d "${TMPDIR:-/tmp}/tessera-serve-bench-model.XXXXXX") ||
+    die "cannot create a temporary folder for the serving benchmark's checkpoint" 3
+  say "writing the serving benchmark's checkpoint into $SERVE_MODEL_DIR in the background ($BUILD_DIR/serve_gen.log)"
+  benchmarks/gpu/serve_bench.sh --gen-only --device "${SERVE_BENCH_DEVICE:-cuda}" \
+    --bin-dir "$BUILD_DIR/bin" --model-dir "$SERVE_MODEL_DIR" --budget "$TIME_BUDGET" \
+    >"$BUILD_DIR/serve_gen.log" 2>&1 &
+  GEN_PID=$!
+fi
+
 # ---- Tests.
 test_limit=$(step_limit "${limits[1]}")
 say "running ctest -L gpu -j $CTEST_JOBS (limit ${test_limit}s)"
@@ -324,6 +362,47 @@ else
   fi
 fi
 
+# ---- Serving benchmark: what is left of the budget, at most SERVE_BENCH_BUDGET (300 s), less
+# 25 s (the backstop timeout's 15 s over its budget and this summary); under 60 s it is not
+# worth a server start.
+serve_rc=125
+SERVE_STEM=benchmarks/results/gpu_serving-${STAMP}
+if [ -z "$serve_why" ]; then
+  if kill -0 "$GEN_PID" 2>/dev/null; then
+    say "waiting for the serving benchmark's checkpoint"
+    while kill -0 "$GEN_PID" 2>/dev/null && [ "$(remaining)" -gt 80 ]; do sleep 1; done
+  fi
+  if kill -0 "$GEN_PID" 2>/dev/null; then
+    gen_rc=124
+  else
+    wait "$GEN_PID"
+    gen_rc=$?
+    GEN_PID=
+  fi
+  serve_budget=$(($(remaining) - 25))
+  [ "$serve_budget" -gt "${SERVE_BENCH_BUDGET:-300}" ] && serve_budget=${SERVE_BENCH_BUDGET:-300}
+  if [ "$gen_rc" -eq 124 ] && [ -n "$GEN_PID" ]; then
+    serve_why="the checkpoint was still being written with $(remaining)s of the ${TIME_BUDGET}s budget left ($BUILD_DIR/serve_gen.log)"
+  elif [ "$serve_budget" -lt 60 ]; then
+    serve_why="only $(remaining)s of the ${TIME_BUDGET}s budget left"
+  else
+    [ "$gen_rc" -ne 0 ] && say "writing the checkpoint in the background failed (exit $gen_rc: $(tail -1 "$BUILD_DIR/serve_gen.log")); serve_bench.sh tries again"
+    commit=
+    [ "$MODE" = prebuilt ] && commit=$(sed -n 's/^commit=//p' "$PREBUILT_DIR/manifest.txt")
+    say "running the serving benchmark (budget ${serve_budget}s) -> $SERVE_STEM.{json,md}"
+    # The script keeps to its budget itself; the timeout is the backstop.
+    SERVE_BENCH_COMMIT=${commit:-${SERVE_BENCH_COMMIT:-}} \
+      timeout -k 10 $((serve_budget + 15)) benchmarks/gpu/serve_bench.sh \
+      --device "${SERVE_BENCH_DEVICE:-cuda}" --budget "$serve_budget" --bin-dir "$BUILD_DIR/bin" \
+      --model-dir "$SERVE_MODEL_DIR" --delete-model --out-stem "$SERVE_STEM" \
+      2>&1 | tee "$BUILD_DIR/serve_bench.log"
+    serve_rc=${PIPESTATUS[0]}
+    [ "$serve_rc" -ne 0 ] && say "the serving benchmark FAILED (exit $serve_rc)"
+  fi
+fi
+serve_cleanup
+SERVE_MODEL_DIR=
+
 # ---- Summary.
 tests_line=$(grep -E '% tests passed.* out of [0-9]+' "$BUILD_DIR/ctest.log" | tail -1)
 skipped=$(grep -c '\*\*\*Skipped' "$BUILD_DIR/ctest.log")
@@ -341,8 +420,16 @@ skipped=$(grep -c '\*\*\*Skipped' "$BUILD_DIR/ctest.log")
   else
     echo "benchmark: exit $bench_rc"
   fi
-  echo "logs:      $BUILD_DIR/{configure,build,ctest,gpu_bench}.log${OUT:+; copied to \$OUT}"
-  echo "result:    $([ "$test_rc" -eq 0 ] && [ "$bench_rc" -eq 0 ] && echo PASS || echo FAIL)"
+  if [ -n "$serve_why" ]; then
+    echo "serving:   skipped: $serve_why"
+  elif [ -f "$SERVE_STEM.json" ]; then
+    echo "serving:   exit $serve_rc, $SERVE_STEM.{json,md} (in $ROOT)"
+    python3 benchmarks/gpu/serve_bench_summary.py --brief "$SERVE_STEM.json" | sed 's/^/           /'
+  else
+    echo "serving:   exit $serve_rc, no results (see $BUILD_DIR/serve_bench.log)"
+  fi
+  echo "logs:      $BUILD_DIR/{configure,build,ctest,gpu_bench,serve_bench}.log${OUT:+; copied to \$OUT}"
+  echo "result:    $([ "$test_rc" -eq 0 ] && [ "$bench_rc" -eq 0 ] && { [ -n "$serve_why" ] || [ "$serve_rc" -eq 0 ]; } && echo PASS || echo FAIL)"
 } | tee "$BUILD_DIR/summary.txt"
 copy_to_out
-[ "$test_rc" -eq 0 ] && [ "$bench_rc" -eq 0 ]
+[ "$test_rc" -eq 0 ] && [ "$bench_rc" -eq 0 ] && { [ -n "$serve_why" ] || [ "$serve_rc" -eq 0 ]; }

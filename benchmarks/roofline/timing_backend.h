@@ -43,6 +43,7 @@ class TimingBackend final : public kernels::Backend {
   void CopyOnDevice(void* dst, const void* src, size_t bytes) override;
   void Synchronize() override { inner_->Synchronize(); }
   size_t FreeMemoryBytes() const override { return inner_->FreeMemoryBytes(); }
+  size_t TotalMemoryBytes() const override { return inner_->TotalMemoryBytes(); }
 
   DType activation_dtype() const override { return inner_->activation_dtype(); }
   // Forwarded so that quantized weights load in the layout the measured backend runs.

@@ -110,6 +110,15 @@ void GenerationServiceImpl::DoGetModelInfo(v1::ModelInfo* info) {
     ri->set_free_blocks(r.free_blocks);
     ri->set_running(r.running);
     ri->set_waiting(r.waiting);
+    v1::ReplicaMemory* memory = ri->mutable_memory();
+    memory->set_load_seconds(r.startup.load_seconds);
+    memory->set_warmup_seconds(r.startup.warmup_seconds);
+    memory->set_device_total_bytes(r.startup.device_total_bytes);
+    memory->set_weight_bytes(r.startup.weight_bytes);
+    memory->set_kv_cache_bytes(r.startup.kv_cache_bytes);
+    memory->set_workspace_bytes(r.startup.workspace_bytes);
+    memory->set_graph_bytes(r.startup.graph_bytes);
+    memory->set_graphs_captured(r.startup.graphs_captured);
     if (r.ready) {
       capacity += static_cast<uint64_t>(r.total_blocks) * model_.block_size;
       ++ready;

@@ -17,6 +17,26 @@ using Clock = std::chrono::steady_clock;
 // failed (the engine's warm-up is one token).
 constexpr auto kReadyGrace = std::chrono::seconds(10);
 
+// Form failures that the same workers would hit again: a setting they cannot honour (an
+// impossible --gpu-memory-utilization, an unknown communicator) or a model that does not
+// fit. Unavailable peers, deadlines and restarts are worth retrying.
+bool IsConfigurationError(absl::StatusCode code) {
+  return code == absl::StatusCode::kInvalidArgument ||
+         code == absl::StatusCode::kResourceExhausted || code == absl::StatusCode::kUnimplemented;
+}
+
+void LogStartup(int replica, const ReplicaStartup& s) {
+  constexpr double kGiB = 1 << 30;
+  std::fprintf(stderr,
+               "tessera-coordinator: replica %d formed: load %.1f s, warm-up %.1f s; per rank at "
+               "most: weights %.2f GiB, KV cache %.2f GiB, workspace %.2f GiB, %u graphs %.2f GiB, "
+               "activation reserve %.2f GiB, device %.2f GiB\n",
+               replica, s.load_seconds, s.warmup_seconds, s.weight_bytes / kGiB,
+               s.kv_cache_bytes / kGiB, s.workspace_bytes / kGiB, s.graphs_captured,
+               s.graph_bytes / kGiB, s.activation_reserve_bytes / kGiB,
+               s.device_total_bytes / kGiB);
+}
+
 std::string NewInstanceId() {
   return absl::StrCat(
       absl::Hex(static_cast<uint64_t>(std::chrono::system_clock::now().time_since_epoch().count()) &
@@ -208,6 +228,11 @@ int ClusterManager::CountPending() const {
   return waiting;
 }
 
+absl::Status ClusterManager::ConfigurationError() const {
+  absl::MutexLock lock(&mu_);
+  return config_error_;
+}
+
 int ClusterManager::PendingWorkers() const {
   absl::MutexLock lock(&mu_);
   return CountPending();
@@ -228,6 +253,7 @@ void ClusterManager::FormLoop() {
       mu_.AwaitWithTimeout(absl::Condition(&stop_), absl::Milliseconds(100));
       if (stop_) return;
       Housekeep(ready);
+      if (!config_error_.ok()) continue;  // The coordinator exits with it; nothing more forms.
       // The lowest replica index that is not serving and whose workers are here.
       for (int i = 0; i < options_.replicas && replica < 0; ++i) {
         if (ready[i] || formed_.count(i) > 0) continue;
@@ -268,6 +294,14 @@ void ClusterManager::FormLoop() {
       // Every member registers again (a dead one does not), so the replica re-forms from
       // the live ones.
       absl::MutexLock lock(&mu_);
+      // Before anything served, retrying a setting the workers refuse would only reload
+      // the weights in a loop: the coordinator exits with the error instead (vLLM fails
+      // its startup the same way). Later, the replicas that serve matter more.
+      if (!any_formed_ && config_error_.ok() && IsConfigurationError(capacity.status().code())) {
+        config_error_ = absl::Status(capacity.status().code(),
+                                     absl::StrCat("forming replica ", replica, " failed: ",
+                                                  capacity.status().message()));
+      }
       for (const std::string& id : ids) {
         if (workers_.count(id) > 0) {
           Drop(id, absl::StrCat("forming replica ", replica, " failed: ", capacity.status().message()),
@@ -287,8 +321,10 @@ void ClusterManager::FormLoop() {
         continue;
       }
       formed_[replica] = Formed{ids, false, Clock::now()};
+      any_formed_ = true;
       Event("formed");
     }
+    LogStartup(replica, group->startup());
     engine_->AddReplica(std::move(group), capacity->num_blocks);
     // Give the engine a moment to publish the replica before forming the next one.
     for (int i = 0; i < 50; ++i) {

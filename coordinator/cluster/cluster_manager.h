@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "absl/base/thread_annotations.h"
+#include "absl/status/status.h"
 #include "absl/synchronization/mutex.h"
 #include "common/rendezvous/kv_store_server.h"
 #include "coordinator/cluster/membership.h"
@@ -58,6 +59,10 @@ class ClusterManager final : public v1::Cluster::Service {
 
   // Registered workers not in a formed group (GetModelInfo's pending_workers).
   int PendingWorkers() const ABSL_LOCKS_EXCLUDED(mu_);
+  // Not OK once a formation failed, before any replica formed, with an error that retrying
+  // cannot fix (a setting the workers refuse, a model that does not fit; the status names
+  // it): the coordinator should exit with it rather than reload the weights forever.
+  absl::Status ConfigurationError() const ABSL_LOCKS_EXCLUDED(mu_);
 
  private:
   // A replica handed to the engine, and whether the engine has shown it ready yet.
@@ -93,6 +98,8 @@ class ClusterManager final : public v1::Cluster::Service {
   std::map<std::string, std::string> dropped_ ABSL_GUARDED_BY(mu_);
   uint64_t num_registered_ ABSL_GUARDED_BY(mu_) = 0;
   uint64_t generation_ ABSL_GUARDED_BY(mu_) = 0;
+  bool any_formed_ ABSL_GUARDED_BY(mu_) = false;
+  absl::Status config_error_ ABSL_GUARDED_BY(mu_);
   bool stop_ ABSL_GUARDED_BY(mu_) = false;
   std::thread former_;
 };

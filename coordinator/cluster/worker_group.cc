@@ -106,7 +106,10 @@ absl::StatusOr<GroupCapacity> WorkerGroup::Form(uint64_t generation,
     req.set_block_size(options_.block_size);
     req.set_kv_memory_fraction(options_.kv_memory_fraction);
     req.set_kv_memory_bytes(options_.kv_memory_bytes);
+    req.set_gpu_memory_utilization(options_.gpu_memory_utilization);
     req.set_max_blocks(options_.max_blocks);
+    req.set_max_num_seqs(options_.max_num_seqs);
+    req.set_max_num_tokens(options_.max_num_tokens);
     req.set_quantization(options_.quantization);
     req.set_kv_cache_dtype(options_.kv_cache_dtype);
     req.set_expert_parallel(options_.expert_parallel);
@@ -147,16 +150,33 @@ absl::StatusOr<GroupCapacity> WorkerGroup::Form(uint64_t generation,
         "replica ", replica_, ": no room for a KV cache after loading the weights (", cap.num_blocks,
         " blocks fit on the smallest rank)"));
   }
+  std::vector<v1::InitCacheResponse> cached(world);
   s = ForEachRank(world, addresses_, [&](int r) {
     v1::InitCacheRequest req;
     req.set_num_blocks(cap.num_blocks);
     req.set_block_size(options_.block_size);
+    req.set_max_num_seqs(options_.max_num_seqs);
+    req.set_max_num_tokens(options_.max_num_tokens);
     grpc::ClientContext ctx;
     ctx.set_deadline(In(std::chrono::minutes(5)));
-    v1::InitCacheResponse resp;
-    return FromGrpcStatus(stubs_[r]->InitCache(&ctx, req, &resp));
+    return FromGrpcStatus(stubs_[r]->InitCache(&ctx, req, &cached[r]));
   });
   if (!s.ok()) return s;
+  startup_ = ReplicaStartup{};
+  for (int r = 0; r < world; ++r) {
+    const v1::LoadShardProgress& l = last[r];
+    const v1::InitCacheResponse& c = cached[r];
+    startup_.load_seconds = std::max(startup_.load_seconds, l.load_seconds());
+    startup_.warmup_seconds = std::max(startup_.warmup_seconds, c.warmup_seconds());
+    startup_.device_total_bytes = std::max(startup_.device_total_bytes, l.device_total_bytes());
+    startup_.weight_bytes = std::max(startup_.weight_bytes, l.weight_bytes());
+    startup_.kv_cache_bytes = std::max(startup_.kv_cache_bytes, c.kv_cache_bytes());
+    startup_.workspace_bytes = std::max(startup_.workspace_bytes, c.workspace_bytes());
+    startup_.graph_bytes = std::max(startup_.graph_bytes, c.graph_bytes());
+    startup_.graphs_captured = std::max(startup_.graphs_captured, c.graphs_captured());
+    startup_.activation_reserve_bytes =
+        std::max(startup_.activation_reserve_bytes, l.activation_reserve_bytes());
+  }
   return cap;
 }
 

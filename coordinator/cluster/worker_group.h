@@ -14,6 +14,20 @@
 
 namespace tessera {
 
+// How a group's ranks started and what their memory holds: the largest over the ranks
+// (the slowest load, the fullest device), as LoadShard and InitCache reported them.
+struct ReplicaStartup {
+  double load_seconds = 0;
+  double warmup_seconds = 0;
+  uint64_t device_total_bytes = 0;
+  uint64_t weight_bytes = 0;
+  uint64_t kv_cache_bytes = 0;
+  uint64_t workspace_bytes = 0;
+  uint64_t graph_bytes = 0;
+  uint32_t graphs_captured = 0;
+  uint64_t activation_reserve_bytes = 0;  // Held back from the KV pool when it was sized.
+};
+
 // What the coordinator learned from a group's ranks after loading.
 struct GroupCapacity {
   int num_blocks = 0;        // Minimum over ranks.
@@ -27,7 +41,12 @@ struct GroupOptions {
   int block_size = 16;
   double kv_memory_fraction = 0.5;
   uint64_t kv_memory_bytes = 0;  // Per rank; 0: use the fraction.
+  // vLLM's --gpu-memory-utilization (see v1::LoadShardRequest); 0: use the fraction.
+  double gpu_memory_utilization = 0;
   int max_blocks = 0;            // Cap (what max_num_seqs full contexts need); 0: none.
+  // The scheduler's limits: the largest step, whose activations the workers reserve.
+  int max_num_seqs = 0;
+  int max_num_tokens = 0;
   std::string quantization;      // common/quantization.h spellings, passed to every rank.
   std::string kv_cache_dtype;
   bool expert_parallel = false;  // See v1::LoadShardRequest.
@@ -77,6 +96,8 @@ class WorkerGroup {
   int replica() const { return replica_; }
   int world_size() const { return static_cast<int>(addresses_.size()); }
   const std::vector<std::string>& addresses() const { return addresses_; }
+  // Set by a successful Form (zeros before): read once the group is handed on.
+  const ReplicaStartup& startup() const { return startup_; }
 
  private:
   const int replica_;
@@ -85,6 +106,7 @@ class WorkerGroup {
   const std::vector<std::string> device_kinds_;
   std::vector<std::shared_ptr<grpc::Channel>> channels_;
   std::vector<std::unique_ptr<v1::Worker::Stub>> stubs_;
+  ReplicaStartup startup_;
 };
 
 }  // namespace tessera

@@ -75,6 +75,7 @@ struct ReplicaSnapshot {
   int free_blocks = 0;
   int running = 0;
   int waiting = 0;
+  ReplicaStartup startup;  // As its group formed.
 };
 
 // The coordinator's serving loop. One owner thread holds every replica's scheduler and

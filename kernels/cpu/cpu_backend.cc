@@ -42,6 +42,13 @@ size_t AvailableHostMemoryBytes() {
   return static_cast<size_t>(pages) * static_cast<size_t>(page_size);
 }
 
+size_t PhysicalHostMemoryBytes() {
+  const long pages = sysconf(_SC_PHYS_PAGES);
+  const long page_size = sysconf(_SC_PAGESIZE);
+  if (pages <= 0 || page_size <= 0) return 0;
+  return static_cast<size_t>(pages) * static_cast<size_t>(page_size);
+}
+
 namespace {
 
 class CpuBackend final : public Backend {
@@ -59,8 +66,17 @@ class CpuBackend final : public Backend {
     if (bytes > 0) std::memcpy(host_dst, src, bytes);
   }
   // Every op finishes before it returns.
+  void GatherRows(const void* src, const int32_t* rows, int n, size_t row_bytes,
+                  void* dst) override {
+    for (int i = 0; i < n; ++i) {
+      std::memcpy(static_cast<char*>(dst) + i * row_bytes,
+                  static_cast<const char*>(src) + static_cast<size_t>(rows[i]) * row_bytes,
+                  row_bytes);
+    }
+  }
   void Synchronize() override {}
   size_t FreeMemoryBytes() const override { return AvailableHostMemoryBytes(); }
+  size_t TotalMemoryBytes() const override { return PhysicalHostMemoryBytes(); }
   WeightLayout Int8WeightLayout() const override { return WeightLayout::kInt8Blocked16; }
   WeightLayout Int4WeightLayout() const override { return WeightLayout::kU4Blocked16; }
 

@@ -13,6 +13,8 @@ inline constexpr size_t kCpuAllocAlignment = 64;
 // MemAvailable from /proc/meminfo in bytes, or the free physical pages where that file is
 // unreadable.
 size_t AvailableHostMemoryBytes();
+// The host's physical memory in bytes (0 where sysconf cannot tell).
+size_t PhysicalHostMemoryBytes();
 
 }  // namespace tessera::kernels
 

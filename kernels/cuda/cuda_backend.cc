@@ -207,6 +207,12 @@ void CudaBackend::CopyOnDevice(void* dst, const void* src, size_t bytes) {
              "cudaMemcpyAsync device to device");
 }
 
+void CudaBackend::GatherRows(const void* src, const int32_t* rows, int n, size_t row_bytes,
+                             void* dst) {
+  std::string error;
+  RecordLaunch(gpu::LaunchGatherRows(src, rows, n, row_bytes, dst, stream_, &error), error);
+}
+
 void CudaBackend::CopyToHost(void* host_dst, const void* src, size_t bytes) {
   if (bytes == 0) return;
   if (capturing_) {
@@ -228,15 +234,24 @@ void CudaBackend::Synchronize() {
   staged_ = 0;
 }
 
-size_t CudaBackend::FreeMemoryBytes() const {
+namespace {
+
+// cudaMemGetInfo's {free, total} on the current device; {0, 0} when it fails.
+std::pair<size_t, size_t> DeviceMemory() {
   size_t free_bytes = 0;
   size_t total_bytes = 0;
   if (cudaMemGetInfo(&free_bytes, &total_bytes) != cudaSuccess) {
     cudaGetLastError();
-    return 0;
+    return {0, 0};
   }
-  return free_bytes;
+  return {free_bytes, total_bytes};
 }
+
+}  // namespace
+
+size_t CudaBackend::FreeMemoryBytes() const { return DeviceMemory().first; }
+
+size_t CudaBackend::TotalMemoryBytes() const { return DeviceMemory().second; }
 
 void CudaBackend::EmbeddingGather(const int32_t* ids, int n, MatrixView table,
                                   int64_t vocab_begin, float* out) {

@@ -55,8 +55,11 @@ class CudaBackend final : public Backend {
   void CopyToDeviceAsync(void* dst, const void* host_src, size_t bytes) override;
   // Queued on the stream (the default would stage through the host and wait twice).
   void CopyOnDevice(void* dst, const void* src, size_t bytes) override;
+  void GatherRows(const void* src, const int32_t* rows, int n, size_t row_bytes,
+                  void* dst) override;
   void Synchronize() override;
   size_t FreeMemoryBytes() const override;
+  size_t TotalMemoryBytes() const override;
 
   DType activation_dtype() const override { return activation_dtype_; }
   void EmbeddingGather(const int32_t* ids, int n, MatrixView table, int64_t vocab_begin,

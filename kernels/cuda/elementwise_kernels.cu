@@ -210,6 +210,21 @@ bool WithActivationType(DType act, const char* what, std::string* error, Launch&
   }
 }
 
+// One block per row; 16-byte words where the row and both pointers allow, else bytes.
+__global__ void GatherRowsKernel(const char* __restrict__ src, const int32_t* __restrict__ rows,
+                                 size_t row_bytes, char* __restrict__ dst, bool wide) {
+  const char* from = src + static_cast<size_t>(rows[blockIdx.x]) * row_bytes;
+  char* to = dst + static_cast<size_t>(blockIdx.x) * row_bytes;
+  if (wide) {
+    const size_t words = row_bytes / sizeof(uint4);
+    for (size_t i = threadIdx.x; i < words; i += blockDim.x) {
+      reinterpret_cast<uint4*>(to)[i] = reinterpret_cast<const uint4*>(from)[i];
+    }
+    return;
+  }
+  for (size_t i = threadIdx.x; i < row_bytes; i += blockDim.x) to[i] = from[i];
+}
+
 }  // namespace
 
 bool LaunchEmbeddingGather(const int32_t* ids, int n, MatrixView table, int64_t vocab_begin,
@@ -359,6 +374,17 @@ bool LaunchWriteKvCache(const void* k, const void* v, int row_stride, const int6
     return false;
   }
   return CheckLaunch("WriteKvCache", error);
+}
+
+bool LaunchGatherRows(const void* src, const int32_t* rows, int n, size_t row_bytes, void* dst,
+                     cudaStream_t stream, std::string* error) {
+  if (n <= 0 || row_bytes == 0) return true;
+  const bool wide = row_bytes % sizeof(uint4) == 0 &&
+                    reinterpret_cast<uintptr_t>(src) % sizeof(uint4) == 0 &&
+                    reinterpret_cast<uintptr_t>(dst) % sizeof(uint4) == 0;
+  GatherRowsKernel<<<n, kThreads, 0, stream>>>(static_cast<const char*>(src), rows, row_bytes,
+                                               static_cast<char*>(dst), wide);
+  return CheckLaunch("GatherRows", error);
 }
 
 bool LaunchAdd(void* y, const void* x, size_t n, cudaStream_t stream, std::string* error,

@@ -41,6 +41,9 @@ bool LaunchWriteKvCache(const void* k, const void* v, int row_stride, const int6
                         cudaStream_t stream, std::string* error, DType act = DType::kF32);
 bool LaunchAdd(void* y, const void* x, size_t n, cudaStream_t stream, std::string* error,
                DType act = DType::kF32);
+// dst row i = src row rows[i] (Backend::GatherRows); `rows` in device memory.
+bool LaunchGatherRows(const void* src, const int32_t* rows, int n, size_t row_bytes, void* dst,
+                      cudaStream_t stream, std::string* error);
 // dst[i] = round-to-nearest-even(src[i]) in `dtype`, between two different dtypes of F32,
 // BF16 and F16: GEMM operands and outputs the activations do not match.
 bool LaunchConvert(const void* src, DType src_dtype, size_t n, DType dtype, void* dst,

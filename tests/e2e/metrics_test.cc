@@ -226,6 +226,11 @@ TEST(MetricsTest, ReadinessFollowsWorkerHealth) {
   EXPECT_GE(value("tessera_worker_step_duration_seconds_count{phase=\"decode\"}"), 2) << metrics;
   EXPECT_GT(value("tessera_worker_weight_bytes"), 0) << metrics;
   EXPECT_GT(value("tessera_worker_kv_cache_bytes"), 0) << metrics;
+  // The CPU backend has no graphs: every forward pass runs eagerly, none replays.
+  EXPECT_GE(value("tessera_worker_forward_passes_total{graph=\"eager\",step=\"decode\"}"), 2)
+      << metrics;
+  EXPECT_EQ(value("tessera_worker_forward_passes_total{graph=\"replayed\",step=\"decode\"}"), -1)
+      << metrics;
   EXPECT_GT(value("tessera_process_cpu_seconds_total"), 0) << metrics;
 }
 

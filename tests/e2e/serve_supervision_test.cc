@@ -341,6 +341,33 @@ TEST(ServeSupervisionTest, KilledCoordinatorEndsServeWithAnErrorThatSaysWhy) {
   for (const ProcessId& p : children) EXPECT_FALSE(Alive(p)) << "pid " << p.pid << " outlived serve\n" << log;
 }
 
+// A share of memory the workers cannot work with is a configuration error: the coordinator
+// says so with the numbers and exits, and serve with it, instead of reloading the weights
+// in a loop.
+TEST(ServeSupervisionTest, ImpossibleGpuMemoryUtilizationStopsServeWithTheNumbers) {
+  TESSERA_REQUIRE_STORIES_MODEL();
+  const Ports ports = PickPorts();
+  ASSERT_NE(ports.api, 0);
+  // Far less than stories260K's weights on any host. The fixed KV budget Serve passes
+  // would win over the share: 0 turns it off.
+  Serve serve(ports, {"--insecure", "--kv-memory-mb", "0", "--gpu-memory-utilization", "0.000000001"},
+              ScratchDir("serve"));
+  const std::optional<int> status = serve.WaitExit(seconds(60));
+  ASSERT_TRUE(status.has_value()) << "serve still runs 60 s after an impossible --gpu-memory-utilization\n"
+                                  << serve.Log();
+  EXPECT_TRUE(WIFEXITED(*status) && WEXITSTATUS(*status) == 1) << *status << "\n" << serve.Log();
+  const std::string log = serve.Log();
+  for (const char* part : {"tessera-coordinator: forming replica 0 failed: rank 0 (",
+                           "--gpu-memory-utilization 1e-09 gives this worker 0.00 GiB of the device's ",
+                           " of weights and ", " activation reserve alone; one sequence of the full context (",
+                           "it must be at least ", "exiting: the workers cannot serve with this configuration"}) {
+    EXPECT_TRUE(absl::StrContains(log, part)) << "no '" << part << "' in\n" << log;
+  }
+  int formations = 0;
+  for (size_t at = 0; (at = log.find("forming replica 0 from", at)) != std::string::npos; ++at) ++formations;
+  EXPECT_EQ(formations, 1) << "a configuration error is not retried\n" << log;
+}
+
 TEST(ServeSupervisionTest, ForwardedQueueLimitRefusesOverflowWithResourceExhausted) {
   TESSERA_REQUIRE_STORIES_MODEL();
   const Ports ports = PickPorts();
@@ -398,7 +425,7 @@ TEST(ServeSupervisionTest, HelpListsTheForwardedLimitFlags) {
         "max-input-bytes", "max-pending-workers", "drain-timeout-seconds", "max-connections",
         "cluster-max-connections", "handshake-timeout-seconds", "header-timeout-seconds",
         "idle-timeout-seconds", "min-request-bytes-per-second", "fd-reserve", "max-inflight-input-bytes",
-        "chat-special-tokens"}) {
+        "chat-special-tokens", "gpu-memory-utilization"}) {
     EXPECT_TRUE(absl::StrContains(help.output, absl::StrCat("  --", flag, " VALUE\n      The coordinator's --", flag)))
         << flag << " missing from\n"
         << help.output;

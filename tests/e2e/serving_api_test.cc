@@ -316,6 +316,14 @@ TEST(ServingApiTest, ModelInfoDescribesTheCluster) {
     EXPECT_EQ(r.free_blocks(), r.total_blocks()) << "idle replica " << r.replica();
     EXPECT_EQ(r.running() + r.waiting(), 0u);
     tokens += static_cast<uint64_t>(r.total_blocks()) * 16;
+    // How its ranks started: the largest over them. A rank's KV cache is its share (half
+    // the KV heads) of every block, within the 16 MiB budget StartStories gives it.
+    const v1::ReplicaMemory& m = r.memory();
+    EXPECT_GT(m.load_seconds(), 0) << "replica " << r.replica();
+    EXPECT_GT(m.weight_bytes(), 0u);
+    EXPECT_GT(m.device_total_bytes(), m.weight_bytes());
+    EXPECT_GE(m.kv_cache_bytes(), uint64_t{r.total_blocks()} * 1280 / 2 * 16);
+    EXPECT_LE(m.kv_cache_bytes(), uint64_t{16} << 20);
   }
   EXPECT_GT(info->kv_capacity_tokens(), 0u);
   EXPECT_EQ(info->kv_capacity_tokens(), tokens);

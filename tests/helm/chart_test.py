@@ -423,6 +423,14 @@ class ChartShapeTest(unittest.TestCase):
         with self.assertRaises(helm_python.HelmValuesError):
             render({"coordinator": {"expertParallel": "yes"}})  # The schema wants a boolean.
 
+    def test_gpu_memory_utilization_value_reaches_the_coordinator(self):
+        args = component_template(objects({}), "coordinator")["spec"]["containers"][0]["args"]
+        self.assertFalse([a for a in args if a.startswith("--gpu-memory-utilization")], "unset by default")
+        on = {"coordinator": {"gpuMemoryUtilization": 0.9}}
+        args = component_template(objects(on), "coordinator")["spec"]["containers"][0]["args"]
+        self.assertIn("--gpu-memory-utilization=0.9", args)
+        self.assertIn("--kv-memory-fraction=0.5", args)  # Still passed; the coordinator prefers the share.
+
     def test_leader_worker_set_places_multi_node_groups(self):
         objs = objects(VALUE_SETS["multinode_lws"])
         lws = by_kind(objs, "LeaderWorkerSet")[0]
@@ -699,6 +707,8 @@ class ValuesSchemaTest(unittest.TestCase):
         self.assertRejected({"model": {"source": "s3"}}, "/model/source")
         self.assertRejected({"model": {"path": "relative/dir"}}, "/model/path")
         self.assertRejected({"coordinator": {"kvMemoryFraction": 1.5}}, "/coordinator/kvMemoryFraction")
+        self.assertRejected({"coordinator": {"gpuMemoryUtilization": 1.5}}, "/coordinator/gpuMemoryUtilization")
+        self.assertRejected({"coordinator": {"gpuMemoryUtilization": -0.1}}, "/coordinator/gpuMemoryUtilization")
         self.assertRejected({"coordinator": {"speculative": {"method": "medusa"}}}, "/coordinator/speculative/method")
         self.assertRejected({"coordinator": {"speculative": {"numTokens": 0}}}, "/coordinator/speculative/numTokens")
         # A typo is an error, not a silently ignored key.

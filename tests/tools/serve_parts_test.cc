@@ -50,11 +50,11 @@ TEST(CoordinatorLimitFlagsTest, PassesOnOnlyWhatWasGiven) {
   CoordinatorLimitFlags given_limits;
   given_limits.Register(given);
   ASSERT_TRUE(Parse(given, {"serve", "--max-queued-requests", "64", "--drain-timeout-seconds=5",
-                            "--chat-special-tokens", "plain"})
+                            "--chat-special-tokens", "plain", "--gpu-memory-utilization", "0.85"})
                   .ok());
   ASSERT_TRUE(given_limits.Validate().ok());
   EXPECT_THAT(given_limits.Args(), ElementsAre("--max-queued-requests=64", "--drain-timeout-seconds=5",
-                                               "--chat-special-tokens=plain"));
+                                               "--chat-special-tokens=plain", "--gpu-memory-utilization=0.85"));
   EXPECT_EQ(given_limits.IntValue("drain-timeout-seconds"), 5);
 }
 

@@ -41,6 +41,7 @@ class Bf16RoundingBackend final : public kernels::Backend {
   }
   void Synchronize() override { inner_->Synchronize(); }
   size_t FreeMemoryBytes() const override { return inner_->FreeMemoryBytes(); }
+  size_t TotalMemoryBytes() const override { return inner_->TotalMemoryBytes(); }
   kernels::WeightLayout Int8WeightLayout() const override { return inner_->Int8WeightLayout(); }
   kernels::WeightLayout Int4WeightLayout() const override { return inner_->Int4WeightLayout(); }
 

@@ -12,15 +12,15 @@
 
 namespace tessera::cli {
 
-// One of the coordinator's admission, connection and drain limits that `tessera serve`
-// accepts under the same name and passes on.
+// One of the coordinator's admission, connection, drain and memory limits that `tessera
+// serve` accepts under the same name and passes on.
 struct ForwardedFlag {
   const char* name;  // Without the leading dashes.
   bool is_int;       // Else any string; the coordinator checks the value either way.
   const char* what;  // For --help.
 };
 
-inline constexpr std::array<ForwardedFlag, 16> kCoordinatorLimitFlags = {{
+inline constexpr std::array<ForwardedFlag, 17> kCoordinatorLimitFlags = {{
     {"max-queued-requests", true, "requests waiting per replica at most"},
     {"max-queued-tokens", true, "prompt tokens waiting per replica at most"},
     {"max-concurrent-streams", true, "Generate and GenerateStream calls served at once"},
@@ -37,6 +37,8 @@ inline constexpr std::array<ForwardedFlag, 16> kCoordinatorLimitFlags = {{
     {"fd-reserve", true, "file descriptors kept free for the process itself"},
     {"max-inflight-input-bytes", true, "request bytes held in memory at once at most"},
     {"chat-special-tokens", false, "how special tokens in chat messages are read: parse or plain"},
+    {"gpu-memory-utilization", false,
+     "share of each worker's device memory, in (0, 1], for weights, activations and KV cache together"},
 }};
 
 // The values given to serve for kCoordinatorLimitFlags. Each is passed on only when given,

@@ -26,6 +26,7 @@
 #include "tools/tessera/coordinator_limit_flags.h"
 #include "tools/tessera/memfd_file.h"
 #include "tools/tessera/process_supervisor.h"
+#include "tools/tessera/serve_placement.h"
 
 namespace tessera::cli {
 namespace {
@@ -155,8 +156,11 @@ int ServeMain(int argc, char** argv) {
   flags.String("api-keys-file", &api_keys_file,
                "The coordinator's --api-keys-file: `sha256:<hex>` lines (see `tessera hash-api-key`); empty: "
                "the API is open.");
-  flags.String("device", &device, "Worker backend: cpu, cuda (worker i uses cuda:i), or auto.");
-  flags.String("communicator", &communicator, "Collectives: auto (shm on one host), gloo or shm.");
+  flags.String("device", &device,
+               "Worker backend: cpu, cuda (worker i uses cuda:i), cuda:N (every worker on device N), or auto.");
+  flags.String("communicator", &communicator,
+               "Collectives: auto (nccl when each rank has its own GPU, else shm), gloo, shm or nccl. With "
+               "several ranks on one GPU, shm and gloo stage the device buffers through host memory.");
   tls::ClusterSecurity cluster;
   flags.Bool("insecure", &cluster.insecure,
              "Plaintext everywhere: the gRPC and HTTP APIs and the cluster traffic between the coordinator and the "
@@ -205,6 +209,13 @@ int ServeMain(int argc, char** argv) {
   }
   if (cluster_port == 0) cluster_port = port + 1;
   const int workers = static_cast<int>(tp * replicas);
+  absl::StatusOr<ServePlacement> placement =
+      PlanServePlacement(device, communicator, static_cast<int>(tp), static_cast<int>(replicas));
+  if (!placement.ok()) {
+    std::fprintf(stderr, "tessera serve: %s\n", std::string(placement.status().message()).c_str());
+    return 1;
+  }
+  if (!placement->note.empty()) std::fprintf(stderr, "tessera serve: %s\n", placement->note.c_str());
   if (threads == 0) threads = std::max<int64_t>(1, std::thread::hardware_concurrency() / workers);
   const std::filesystem::path dir = SelfDir();
 
@@ -267,7 +278,7 @@ int ServeMain(int argc, char** argv) {
                             "--kv-memory-mb", absl::StrCat(kv_memory_mb), "--max-num-seqs",
                             absl::StrCat(max_num_seqs), "--block-size", absl::StrCat(block_size),
                             "--max-num-batched-tokens", absl::StrCat(max_num_batched_tokens),
-                            "--policy", policy, "--communicator", communicator,
+                            "--policy", policy, "--communicator", placement->communicator,
                             "--quantization", quantization, "--kv-cache-dtype", kv_cache_dtype,
                             "--metrics-port", absl::StrCat(metrics_port), "--http-port", absl::StrCat(http_port),
                             absl::StrCat("--served-model-name=", served_model_name),
@@ -305,7 +316,7 @@ int ServeMain(int argc, char** argv) {
     std::vector<std::string> args = {(dir / "tessera-worker").string(), "--coordinator",
                                      absl::StrCat("127.0.0.1:", cluster_port), "--join-secret-file",
                                      join_secret->child_path(), "--threads", absl::StrCat(threads),
-                                     "--device", device == "cuda" ? absl::StrCat("cuda:", w) : device,
+                                     "--device", placement->worker_devices[w],
                                      "--rank-hint", absl::StrCat(w % tp), "--metrics-port",
                                      absl::StrCat(metrics_port > 0 ? metrics_port + 1 + w : 0)};
     for (std::string& flag : ClusterFlags(cluster, worker_cert, worker_key)) args.push_back(std::move(flag));

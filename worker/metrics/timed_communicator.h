@@ -23,6 +23,10 @@ class TimedCommunicator final : public Communicator {
   absl::Status AllGather(const float* send, size_t count, float* recv) override;
   absl::Status Broadcast(void* data, size_t bytes, int root) override;
   absl::Status Barrier() override;
+  // Timing wraps the host call only, so a queued collective waits and may be recorded into
+  // a graph exactly as the inner one would (a replayed graph's collectives are not timed).
+  absl::Status Wait() override { return inner_->Wait(); }
+  bool Capturable() const override { return inner_->Capturable(); }
   bool aborted() const override { return inner_->aborted(); }
   void Abort() override { inner_->Abort(); }
 

@@ -78,6 +78,12 @@ WorkerMetrics::WorkerMetrics() : registry_(std::make_shared<prometheus::Registry
                       .Help("Logits rows rank 0 masked with a grammar.")
                       .Register(r)
                       .Add({});
+  forward_passes_ = &prometheus::BuildCounter()
+                        .Name("tessera_worker_forward_passes_total")
+                        .Help("Forward passes of the served model by step kind (decode|mixed|"
+                              "prefill) and graph use (replayed: a captured graph; captured: "
+                              "ran eagerly and recorded one; eager: no graph).")
+                        .Register(r);
   info_ = &prometheus::BuildGauge()
                .Name("tessera_worker_info")
                .Help("This rank's place in the cluster (value 1).")
@@ -122,6 +128,12 @@ void WorkerMetrics::Collective(absl::string_view op, double seconds, uint64_t by
 void WorkerMetrics::GrammarWork(double seconds, int rows) {
   grammar_seconds_->Increment(seconds);
   grammar_rows_->Increment(rows);
+}
+
+void WorkerMetrics::ForwardPasses(absl::string_view step, absl::string_view graph, int64_t n) {
+  if (n <= 0) return;
+  forward_passes_->Add({{"step", std::string(step)}, {"graph", std::string(graph)}})
+      .Increment(static_cast<double>(n));
 }
 
 }  // namespace tessera

@@ -38,6 +38,9 @@ class WorkerMetrics {
   // Rank 0's structured-output work in one step: grammar states, masks (trie walks on a
   // cache miss) and masking `rows` logits rows.
   void GrammarWork(double seconds, int rows);
+  // `n` forward passes of a step kind ("decode", "mixed", "prefill") that ran a certain way:
+  // "replayed" a captured graph, "captured" one (running eagerly), or "eager".
+  void ForwardPasses(absl::string_view step, absl::string_view graph, int64_t n);
 
  private:
   std::shared_ptr<prometheus::Registry> registry_;
@@ -48,6 +51,7 @@ class WorkerMetrics {
   prometheus::Family<prometheus::Counter>* collective_bytes_;
   prometheus::Counter* grammar_seconds_;
   prometheus::Counter* grammar_rows_;
+  prometheus::Family<prometheus::Counter>* forward_passes_;
   prometheus::Gauge* weight_bytes_;
   prometheus::Gauge* kv_cache_bytes_;
   prometheus::Family<prometheus::Gauge>* info_;

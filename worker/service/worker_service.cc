@@ -11,7 +11,9 @@
 #include "common/status_macros.h"
 #include "worker/backend_factory.h"
 #include "worker/comm/gloo_communicator.h"
+#include "worker/comm/host_staged_communicator.h"
 #include "worker/comm/shm_communicator.h"
+#include "worker/service/kv_memory_plan.h"
 #include "worker/speculative/draft_model_proposer.h"
 #include "worker/speculative/ngram_proposer.h"
 #if defined(TESSERA_HAVE_NCCL)
@@ -95,26 +97,10 @@ absl::StatusOr<std::unique_ptr<Communicator>> MakeNcclCommunicator(const v1::Con
 #endif
 }
 
-absl::StatusOr<std::unique_ptr<Communicator>> MakeCommunicator(const v1::ConfigureRequest& r,
-                                                                const std::string& host,
-                                                                const kernels::Backend& backend,
-                                                                const KvStoreSecurity& security) {
-  if (r.world_size() <= 1) return std::unique_ptr<Communicator>(new SingleRankCommunicator());
-  // Gloo and shm read and write host memory; NCCL device memory.
-  const std::optional<CudaPlacement> cuda = CudaPlacementOf(backend);
-  if (r.communicator() == "nccl") {
-    if (!cuda.has_value()) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("communicator \"nccl\" needs a CUDA worker; this one computes on the ",
-                       std::string(backend.name()), " backend"));
-    }
-    return MakeNcclCommunicator(r, *cuda, security);
-  }
-  if (cuda.has_value()) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("communicator \"", r.communicator(),
-                     "\" works on host memory; a CUDA worker needs \"nccl\""));
-  }
+// Gloo or shm, on host memory.
+absl::StatusOr<std::unique_ptr<Communicator>> MakeHostCommunicator(const v1::ConfigureRequest& r,
+                                                                    const std::string& host,
+                                                                    const KvStoreSecurity& security) {
   if (r.communicator() == "gloo") {
     ASSIGN_OR_RETURN(const Rendezvous rv, RendezvousOf(r));
     GlooCommunicatorOptions o;
@@ -144,6 +130,27 @@ absl::StatusOr<std::unique_ptr<Communicator>> MakeCommunicator(const v1::Configu
   }
   return absl::UnimplementedError(
       absl::StrCat("communicator \"", r.communicator(), "\" is not available in this build"));
+}
+
+absl::StatusOr<std::unique_ptr<Communicator>> MakeCommunicator(const v1::ConfigureRequest& r,
+                                                                const std::string& host,
+                                                                kernels::Backend& backend,
+                                                                const KvStoreSecurity& security) {
+  if (r.world_size() <= 1) return std::unique_ptr<Communicator>(new SingleRankCommunicator());
+  const std::optional<CudaPlacement> cuda = CudaPlacementOf(backend);
+  if (r.communicator() == "nccl") {
+    if (!cuda.has_value()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("communicator \"nccl\" needs a CUDA worker; this one computes on the ",
+                       std::string(backend.name()), " backend"));
+    }
+    return MakeNcclCommunicator(r, *cuda, security);
+  }
+  ASSIGN_OR_RETURN(std::unique_ptr<Communicator> comm, MakeHostCommunicator(r, host, security));
+  if (!cuda.has_value()) return comm;
+  // Gloo and shm move host memory, so a CUDA worker's buffers go through host staging:
+  // slower than NCCL, but it works where NCCL refuses, for ranks that share one GPU.
+  return std::unique_ptr<Communicator>(new HostStagedCommunicator(std::move(comm), &backend));
 }
 
 }  // namespace
@@ -220,6 +227,7 @@ grpc::Status WorkerServiceImpl::LoadShard(grpc::ServerContext*, const v1::LoadSh
     return ToGrpcStatus(d.status());
   }
   load_options.expert_parallel = request->expert_parallel();
+  const auto load_start = std::chrono::steady_clock::now();
   auto model = LlamaModel::Load(request->model_dir(), backend_, comm_.get(),
                                 [&](int done, int total, uint64_t bytes) {
                                   v1::LoadShardProgress p;
@@ -251,6 +259,8 @@ grpc::Status WorkerServiceImpl::LoadShard(grpc::ServerContext*, const v1::LoadSh
     }
     draft_model_ = std::move(*draft);
   }
+  const double load_seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - load_start).count();
   speculative_method_ = method;
   // Rank 0 samples, so it alone needs each token's bytes for grammar masks.
   vocabulary_.reset();
@@ -260,26 +270,52 @@ grpc::Status WorkerServiceImpl::LoadShard(grpc::ServerContext*, const v1::LoadSh
     vocabulary_ = structured::TokenVocabulary::Build(
         {request->token_bytes().begin(), request->token_bytes().end()}, specials);
   }
+  num_speculative_tokens_ = static_cast<int>(request->num_speculative_tokens());
   prompt_lookup_min_ = static_cast<int>(request->prompt_lookup_min());
   prompt_lookup_max_ = static_cast<int>(request->prompt_lookup_max());
   const int block_size = request->block_size() > 0 ? static_cast<int>(request->block_size()) : 16;
   // A draft model keeps its KV in the same block ids as the target: a block costs both.
   const size_t per_block = model_->KvBytesPerBlock(block_size) +
                            (draft_model_ != nullptr ? draft_model_->KvBytesPerBlock(block_size) : 0);
-  int64_t num_blocks;
-  if (request->kv_memory_bytes() > 0) {
-    num_blocks = static_cast<int64_t>(request->kv_memory_bytes() / per_block);
-  } else {
-    const double fraction = request->kv_memory_fraction() > 0 ? request->kv_memory_fraction() : 0.5;
-    num_blocks = static_cast<int64_t>(backend_->FreeMemoryBytes() * fraction / per_block);
+  // The largest step the scheduler may plan: its activations stay out of the KV pool, and
+  // (speculation) its drafts' logits, as InitCache's warm-up reserves them.
+  const int max_seqs = std::max(1, static_cast<int>(request->max_num_seqs()));
+  const int max_tokens = std::max(max_seqs, static_cast<int>(request->max_num_tokens()));
+  const int max_logits = max_seqs * (1 + num_speculative_tokens_);
+  const int blocks_per_seq =
+      request->max_num_seqs() > 0 && request->max_blocks() > 0
+          ? static_cast<int>((request->max_blocks() - 1) / request->max_num_seqs())
+          : 0;
+  size_t workspace =
+      model_->ReservedWorkspaceBytes(max_seqs, max_tokens, max_logits, blocks_per_seq);
+  if (draft_model_ != nullptr) {
+    workspace +=
+        draft_model_->ReservedWorkspaceBytes(max_seqs, max_tokens, max_logits, blocks_per_seq);
   }
-  if (request->max_blocks() > 0) num_blocks = std::min<int64_t>(num_blocks, request->max_blocks());
-  num_blocks = std::min<int64_t>(num_blocks, 1 << 20);
+  KvMemoryInputs memory;
+  memory.device_total_bytes = backend_->TotalMemoryBytes();
+  memory.device_free_bytes = backend_->FreeMemoryBytes();
+  memory.weight_bytes =
+      model_->weight_bytes() + (draft_model_ != nullptr ? draft_model_->weight_bytes() : 0);
+  memory.bytes_per_block = per_block;
+  memory.activation_reserve_bytes = ActivationReserveBytes(
+      workspace, CudaPlacementOf(*backend_).has_value(), memory.device_total_bytes);
+  memory.kv_memory_bytes = request->kv_memory_bytes();
+  memory.gpu_memory_utilization = request->gpu_memory_utilization();
+  memory.kv_memory_fraction = request->kv_memory_fraction();
+  memory.blocks_per_sequence = static_cast<uint64_t>(blocks_per_seq);
+  memory.max_blocks = request->max_blocks();
+  const absl::StatusOr<uint64_t> num_blocks = PlanKvBlocks(memory);
+  if (!num_blocks.ok()) return ToGrpcStatus(num_blocks.status());
   v1::LoadShardProgress last;
   last.set_done(true);
-  last.set_num_blocks(static_cast<uint32_t>(std::max<int64_t>(num_blocks, 0)));
+  last.set_num_blocks(static_cast<uint32_t>(*num_blocks));
   last.set_weight_bytes(model_->weight_bytes());
   last.set_kv_bytes_per_block(per_block);
+  last.set_load_seconds(load_seconds);
+  last.set_device_total_bytes(memory.device_total_bytes);
+  last.set_device_free_bytes(memory.device_free_bytes);
+  last.set_activation_reserve_bytes(memory.activation_reserve_bytes);
   last.set_model_name(std::filesystem::path(request->model_dir()).filename().string());
   last.set_dtype(DTypeName(model_->config().torch_dtype));
   last.set_kv_cache_dtype(std::string(KvCacheDTypeName(model_->kv_cache_dtype())));
@@ -291,9 +327,14 @@ grpc::Status WorkerServiceImpl::LoadShard(grpc::ServerContext*, const v1::LoadSh
                             : std::string(WeightQuantizationName(load_options.quantization)));
   writer->Write(last);
   if (options_.metrics != nullptr) options_.metrics->ShardLoaded(last.model_name(), model_->weight_bytes());
-  std::fprintf(stderr, "tessera-worker: loaded %s (%.1f MB of weights), room for %lld KV blocks\n",
-               request->model_dir().c_str(), model_->weight_bytes() / 1e6,
-               static_cast<long long>(num_blocks));
+  constexpr double kGiB = 1 << 30;
+  std::fprintf(stderr,
+               "tessera-worker: loaded %s in %.1f s: weights %.2f GiB, KV pool %.2f GiB (%llu "
+               "blocks), activation reserve %.2f GiB; device %.2f GiB, %.2f GiB free after loading\n",
+               request->model_dir().c_str(), load_seconds, memory.weight_bytes / kGiB,
+               static_cast<double>(*num_blocks * per_block) / kGiB,
+               static_cast<unsigned long long>(*num_blocks), memory.activation_reserve_bytes / kGiB,
+               memory.device_total_bytes / kGiB, memory.device_free_bytes / kGiB);
   return grpc::Status::OK;
 }
 
@@ -322,6 +363,31 @@ grpc::Status WorkerServiceImpl::InitCache(grpc::ServerContext*, const v1::InitCa
   }
   response->set_kv_cache_bytes(cache_bytes);
   if (options_.metrics != nullptr) options_.metrics->CacheAllocated(cache_bytes);
+  // Graph backends reserve the largest step and capture the decode graphs now, before
+  // traffic. Speculative verification computes logits for every token of its drafts.
+  if (request->max_num_seqs() > 0 && request->max_num_tokens() > 0) {
+    const int max_seqs = static_cast<int>(request->max_num_seqs());
+    const int max_logits = max_seqs * (1 + static_cast<int>(num_speculative_tokens_));
+    auto warm = model_->WarmUp(cache->get(), max_seqs, static_cast<int>(request->max_num_tokens()),
+                               max_logits);
+    if (!warm.ok()) {
+      return ToGrpcStatus(absl::Status(warm.status().code(),
+                                       absl::StrCat("warm-up: ", warm.status().message())));
+    }
+    response->set_workspace_bytes(warm->workspace_bytes);
+    response->set_graph_bytes(warm->graph_bytes);
+    response->set_graphs_captured(warm->graphs_captured);
+    response->set_warmup_seconds(warm->seconds);
+    if (warm->graphs_captured > 0) {
+      std::fprintf(stderr,
+                   "tessera-worker: KV cache %.2f GiB; warm-up %.1f s: workspace %.2f GiB, "
+                   "%d graphs (%.2f GiB)\n",
+                   cache_bytes / 1073741824.0, warm->seconds,
+                   warm->workspace_bytes / 1073741824.0, warm->graphs_captured,
+                   warm->graph_bytes / 1073741824.0);
+    }
+  }
+  last_forward_counts_ = model_->forward_counts();
   executor_ = std::make_unique<StepExecutor>(model_.get(), std::move(*cache), std::move(proposer),
                                              vocabulary_);
   in_group_ = true;
@@ -354,12 +420,25 @@ grpc::Status WorkerServiceImpl::ExecuteStep(grpc::ServerContext*, const v1::Step
       options_.metrics->GrammarWork(response->grammar_seconds(),
                                     static_cast<int>(response->grammar_rows()));
     }
+    ExportForwardCounts();
   }
   if (!s.ok() && comm_->aborted()) {
     in_group_ = false;
     return grpc::Status(grpc::StatusCode::UNAVAILABLE, absl::StrCat("collective failed: ", s.message()));
   }
   return ToGrpcStatus(s);
+}
+
+void WorkerServiceImpl::ExportForwardCounts() {
+  const ForwardCounts& now = model_->forward_counts();
+  ForwardCounts& last = last_forward_counts_;
+  for (int k = 0; k < 3; ++k) {
+    const char* kind = ForwardCounts::kKinds[k];
+    options_.metrics->ForwardPasses(kind, "replayed", now.replayed[k] - last.replayed[k]);
+    options_.metrics->ForwardPasses(kind, "captured", now.captured[k] - last.captured[k]);
+    options_.metrics->ForwardPasses(kind, "eager", now.eager[k] - last.eager[k]);
+  }
+  last = now;
 }
 
 void WorkerServiceImpl::Leave(const std::string& reason) {

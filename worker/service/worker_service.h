@@ -49,6 +49,9 @@ class WorkerServiceImpl final : public v1::Worker::Service {
   bool in_group() const { return in_group_.load(); }
 
  private:
+  // Adds the forward passes since the last call to the metrics (graph replays and eager).
+  void ExportForwardCounts() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+
   kernels::Backend* const backend_;
   const WorkerServiceOptions options_;
   // One group at a time; steps run one at a time.
@@ -63,6 +66,9 @@ class WorkerServiceImpl final : public v1::Worker::Service {
   std::string speculative_method_ ABSL_GUARDED_BY(mu_);
   int prompt_lookup_min_ ABSL_GUARDED_BY(mu_) = 0;
   int prompt_lookup_max_ ABSL_GUARDED_BY(mu_) = 0;
+  int num_speculative_tokens_ ABSL_GUARDED_BY(mu_) = 0;
+  // The model's forward-pass counts when last exported to the metrics.
+  ForwardCounts last_forward_counts_ ABSL_GUARDED_BY(mu_);
   std::unique_ptr<StepExecutor> executor_ ABSL_GUARDED_BY(mu_);
   std::atomic<bool> in_group_{false};
   // comm_ for Leave() to abort while a step holds mu_ (changed under both mutexes).

@@ -69,7 +69,7 @@ int main(int argc, char** argv) {
   int64_t kv_memory_mb = 0, heartbeat_ms = 1000, collective_timeout_ms = 10000;
   double kv_memory_fraction = 0.5, load_weight = 1.0;
   bool no_prefix_caching = false;
-  bool expert_parallel = false;
+  bool expert_parallel = false, enforce_eager = false;
   int64_t metrics_port = 9400;
   std::string metrics_host, log_format = "text", log_level = "info";
   std::string generation_config = "auto";
@@ -97,6 +97,9 @@ int main(int argc, char** argv) {
   flags.Int("store-port", &store_port,
             "Port of the collectives' rendezvous store (on --cluster-host, tp > 1 only; 0: any free port).");
   flags.Int("tp", &tp, "Tensor-parallel ranks per replica.");
+  flags.Bool("enforce-eager", &enforce_eager,
+             "Workers run every step eagerly, without CUDA graphs (as vLLM's flag): for debugging "
+             "a graph problem or to save the graphs' memory. By default CUDA workers replay graphs.");
   flags.Bool("expert-parallel", &expert_parallel,
              "Mixtures of experts: each rank holds whole experts (num_experts / tp of them) instead of "
              "a 1/tp slice of every expert. Attention stays tensor-parallel.");
@@ -363,6 +366,7 @@ int main(int argc, char** argv) {
   co.group.quantization = std::string(tessera::WeightQuantizationName(*weight_format));
   co.group.kv_cache_dtype = kv_cache_dtype;
   co.group.expert_parallel = expert_parallel;
+  co.group.enforce_eager = enforce_eager;
   if (speculative.enabled()) {
     co.group.speculative_method = speculative.method;
     co.group.num_speculative_tokens = static_cast<int>(speculative.num_tokens);

@@ -113,6 +113,7 @@ absl::StatusOr<GroupCapacity> WorkerGroup::Form(uint64_t generation,
     req.set_quantization(options_.quantization);
     req.set_kv_cache_dtype(options_.kv_cache_dtype);
     req.set_expert_parallel(options_.expert_parallel);
+    req.set_enforce_eager(options_.enforce_eager);
     req.set_speculative_method(options_.speculative_method);
     req.set_num_speculative_tokens(options_.num_speculative_tokens);
     req.set_draft_model_dir(options_.draft_model_dir);

@@ -50,6 +50,7 @@ struct GroupOptions {
   std::string quantization;      // common/quantization.h spellings, passed to every rank.
   std::string kv_cache_dtype;
   bool expert_parallel = false;  // See v1::LoadShardRequest.
+  bool enforce_eager = false;    // See v1::LoadShardRequest.
   // Speculative decoding (see v1::LoadShardRequest): "", "ngram" or "draft".
   std::string speculative_method;
   int num_speculative_tokens = 0;

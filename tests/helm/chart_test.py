@@ -423,6 +423,15 @@ class ChartShapeTest(unittest.TestCase):
         with self.assertRaises(helm_python.HelmValuesError):
             render({"coordinator": {"expertParallel": "yes"}})  # The schema wants a boolean.
 
+    def test_enforce_eager_value_reaches_the_coordinator(self):
+        args = component_template(objects({}), "coordinator")["spec"]["containers"][0]["args"]
+        self.assertNotIn("--enforce-eager", args)
+        on = {"coordinator": {"enforceEager": True}}
+        args = component_template(objects(on), "coordinator")["spec"]["containers"][0]["args"]
+        self.assertIn("--enforce-eager", args)
+        with self.assertRaises(helm_python.HelmValuesError):
+            render({"coordinator": {"enforceEager": "yes"}})  # The schema wants a boolean.
+
     def test_gpu_memory_utilization_value_reaches_the_coordinator(self):
         args = component_template(objects({}), "coordinator")["spec"]["containers"][0]["args"]
         self.assertFalse([a for a in args if a.startswith("--gpu-memory-utilization")], "unset by default")

@@ -138,6 +138,9 @@ int ServeMain(int argc, char** argv) {
   std::string quantization = "none", kv_cache_dtype = "auto";
   flags.String("quantization", &quantization, "Weights quantized at load time: none, int8 or fp8.");
   flags.String("kv-cache-dtype", &kv_cache_dtype, "KV-cache element type: auto, bf16, fp8 or fp32.");
+  bool enforce_eager = false;
+  flags.Bool("enforce-eager", &enforce_eager,
+             "Run every step eagerly, without CUDA graphs (the coordinator's --enforce-eager).");
   bool expert_parallel = false;
   flags.Bool("expert-parallel", &expert_parallel,
              "Mixtures of experts: whole experts per worker instead of every expert split across the tp workers.");
@@ -284,6 +287,7 @@ int ServeMain(int argc, char** argv) {
                             absl::StrCat("--served-model-name=", served_model_name),
                             "--join-secret-file", join_secret->child_path()};
   if (expert_parallel) coordinator_args.push_back("--expert-parallel");
+  if (enforce_eager) coordinator_args.push_back("--enforce-eager");
   if (!api_keys_file.empty()) {
     coordinator_args.push_back("--api-keys-file");
     coordinator_args.push_back(api_keys_file);

@@ -259,6 +259,10 @@ grpc::Status WorkerServiceImpl::LoadShard(grpc::ServerContext*, const v1::LoadSh
     }
     draft_model_ = std::move(*draft);
   }
+  if (request->enforce_eager()) {
+    model_->set_graphs_enabled(false);
+    if (draft_model_ != nullptr) draft_model_->set_graphs_enabled(false);
+  }
   const double load_seconds =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - load_start).count();
   speculative_method_ = method;

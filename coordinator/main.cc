@@ -127,7 +127,7 @@ int main(int argc, char** argv) {
   tessera::SpeculativeOptions speculative;
   tessera::AddSpeculativeFlags(flags, &speculative);
   flags.String("policy", &policy, "Scheduling policy: fcfs or priority.");
-  flags.String("communicator", &communicator, "Collectives between ranks: auto (nccl for CUDA workers, else shm when a group shares a host, else gloo), gloo, shm or nccl.");
+  flags.String("communicator", &communicator, "Collectives between ranks: auto (nccl when every CUDA rank has a GPU of its own, else shm when a group shares a host, else gloo; ranks sharing a GPU stage through host memory), gloo, shm or nccl.");
   flags.Bool("no-prefix-caching", &no_prefix_caching, "Disable prefix caching.");
   flags.String("generation-config", &generation_config,
                "Request defaults and extra stop ids: auto (the model folder's generation_config.json, "

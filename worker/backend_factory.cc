@@ -133,6 +133,12 @@ DeviceDescription DescribeBackend(const kernels::Backend& backend) {
       d.name = absl::StrCat("cuda:", cuda->device());
     }
     d.free_memory_bytes = backend.FreeMemoryBytes();
+    char bus_id[32] = {};
+    if (cudaDeviceGetPCIBusId(bus_id, sizeof(bus_id), cuda->device()) == cudaSuccess) {
+      d.device_id = bus_id;
+    } else {
+      cudaGetLastError();
+    }
     return d;
   }
 #endif

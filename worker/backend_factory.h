@@ -21,6 +21,7 @@ struct DeviceDescription {
   std::string kind;  // "cpu" or "cuda".
   std::string name;  // The GPU's or CPU's model name.
   int ordinal = -1;  // CUDA device index; -1 for the CPU.
+  std::string device_id;  // The GPU's PCI bus id; empty for the CPU.
   uint64_t total_memory_bytes = 0;
   uint64_t free_memory_bytes = 0;
 };

@@ -270,14 +270,14 @@ void ClusterManager::FormLoop() {
       generation = ++generation_;
     }
     std::vector<std::string> addresses;
-    std::vector<std::string> device_kinds;
+    std::vector<v1::DeviceInfo> devices;
     for (const auto& m : members) {
       addresses.push_back(m.address());
-      device_kinds.push_back(m.device().kind());
+      devices.push_back(m.device());
     }
     std::fprintf(stderr, "tessera-coordinator: forming replica %d from %zu workers\n", replica,
                  addresses.size());
-    auto group = std::make_unique<WorkerGroup>(replica, addresses, options_.group, device_kinds);
+    auto group = std::make_unique<WorkerGroup>(replica, addresses, options_.group, devices);
     int last_percent = -1;
     auto capacity = group->Form(generation, [&](int rank, int done, int total) {
       if (rank != 0 || total == 0) return;

@@ -6,6 +6,8 @@
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
 #include "common/grpc_status.h"
+#include "common/status_macros.h"
+#include "coordinator/cluster/communicator_choice.h"
 #include "grpcpp/grpcpp.h"
 #include "grpc/health/v1/health.grpc.pb.h"
 
@@ -35,11 +37,11 @@ absl::Status ForEachRank(int world, const std::vector<std::string>& addresses,
 }  // namespace
 
 WorkerGroup::WorkerGroup(int replica, std::vector<std::string> addresses, GroupOptions options,
-                         std::vector<std::string> device_kinds)
+                         std::vector<v1::DeviceInfo> devices)
     : replica_(replica),
       addresses_(std::move(addresses)),
       options_(std::move(options)),
-      device_kinds_(std::move(device_kinds)) {
+      devices_(std::move(devices)) {
   grpc::ChannelArguments args;
   args.SetMaxReceiveMessageSize(256 << 20);
   args.SetMaxSendMessageSize(256 << 20);
@@ -58,28 +60,16 @@ WorkerGroup::WorkerGroup(int replica, std::vector<std::string> addresses, GroupO
 absl::StatusOr<GroupCapacity> WorkerGroup::Form(uint64_t generation,
                                                 const std::function<void(int, int, int)>& progress) {
   const int world = world_size();
-  std::string communicator = options_.communicator;
-  // Gloo and shm move host memory, NCCL device memory: one group computes on one kind.
-  const int cuda_ranks = static_cast<int>(
-      std::count(device_kinds_.begin(), device_kinds_.end(), std::string("cuda")));
-  if (cuda_ranks > 0 && cuda_ranks != world) {
-    return absl::FailedPreconditionError(absl::StrCat(
-        "replica ", replica_, ": ", cuda_ranks, " of its ", world,
-        " workers registered a CUDA device and the others did not; start every rank of a "
-        "group with the same --device"));
+  std::vector<RankPlacement> placements;
+  for (int r = 0; r < world; ++r) {
+    const std::string& address = addresses_[r];
+    const v1::DeviceInfo device =
+        r < static_cast<int>(devices_.size()) ? devices_[r] : v1::DeviceInfo();
+    placements.push_back(
+        {address.substr(0, address.rfind(':')), device.kind(), device.device_id()});
   }
-  if (world == 1) {
-    communicator = "single";
-  } else if (communicator == "auto" && cuda_ranks == world) {
-    communicator = "nccl";  // Rank 0 relays its unique id through the rendezvous store.
-  } else if (communicator == "auto") {
-    // Shared memory beats TCP by two orders of magnitude for small all-reduces.
-    const std::string host = addresses_[0].substr(0, addresses_[0].rfind(':'));
-    communicator = "shm";
-    for (const auto& a : addresses_) {
-      if (a.substr(0, a.rfind(':')) != host) communicator = "gloo";
-    }
-  }
+  ASSIGN_OR_RETURN(const std::string communicator,
+                   ChooseCommunicator(options_.communicator, placements, replica_));
   absl::Status s = ForEachRank(world, addresses_, [&](int r) {
     v1::ConfigureRequest req;
     req.set_replica(replica_);

@@ -79,9 +79,9 @@ struct GroupOptions {
 // call reaches every rank at once; the first failure fails the call and cancels the rest.
 class WorkerGroup {
  public:
-  // `device_kinds` are the ranks' registered DeviceInfo.kind ("cpu", "cuda"); empty: unknown.
+  // `devices` are the ranks' registered DeviceInfo (kind, PCI bus id); empty: unknown.
   WorkerGroup(int replica, std::vector<std::string> addresses, GroupOptions options,
-              std::vector<std::string> device_kinds = {});
+              std::vector<v1::DeviceInfo> devices = {});
 
   // Configures the ranks as one group, loads the shards and allocates the KV cache.
   // `progress(rank, done, total)` reports loading.
@@ -104,7 +104,7 @@ class WorkerGroup {
   const int replica_;
   const std::vector<std::string> addresses_;
   const GroupOptions options_;
-  const std::vector<std::string> device_kinds_;
+  const std::vector<v1::DeviceInfo> devices_;
   std::vector<std::shared_ptr<grpc::Channel>> channels_;
   std::vector<std::unique_ptr<v1::Worker::Stub>> stubs_;
   ReplicaStartup startup_;

@@ -21,8 +21,9 @@ struct ServePlacement {
 // "cuda:N", "auto") goes to every worker as it is, so "cuda:N" (and "auto", which picks
 // device 0 on each worker) puts the ranks of a group on one device. NCCL refuses two ranks
 // on one device, so there --communicator nccl is an INVALID_ARGUMENT naming the
-// alternatives, and "auto" (which the coordinator would resolve to nccl for CUDA workers)
-// becomes "shm": the workers stage their device buffers through host memory.
+// alternatives before anything starts, and "auto" becomes "shm" (what the coordinator's
+// "auto" picks too once the workers report one PCI bus id): the workers stage their device
+// buffers through host memory.
 absl::StatusOr<ServePlacement> PlanServePlacement(absl::string_view device,
                                                   absl::string_view communicator, int tp,
                                                   int replicas);

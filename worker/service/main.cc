@@ -174,6 +174,7 @@ int main(int argc, char** argv) {
   request.mutable_device()->set_name(device_info.name);
   request.mutable_device()->set_total_memory_bytes(device_info.total_memory_bytes);
   request.mutable_device()->set_free_memory_bytes(backend->FreeMemoryBytes());
+  request.mutable_device()->set_device_id(device_info.device_id);
   tessera::CoordinatorSession session(std::move(so), &service);
   g_session = &session;
   g_service = &service;

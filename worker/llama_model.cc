@@ -602,10 +602,8 @@ absl::StatusOr<WarmupReport> LlamaModel::WarmUp(KvCache* cache, int max_num_seqs
     std::vector<float> ignored;
     RETURN_IF_ERROR(ForwardEager(biggest, cache, &ignored, nullptr));
   }
-  const size_t free_before = be.FreeMemoryBytes();
-  std::vector<float> logits;
-  for (int size : kDecodeGraphSizes) {
-    if (size > DecodeGraphSize(std::min(max_num_seqs, 256))) break;
+  // Decode batches of every graph size, padding sequences only (they write no KV).
+  auto decode_batch = [](int size) {
     StepBatch decode;
     decode.max_blocks_per_seq = 1;
     decode.query_start.push_back(0);
@@ -618,7 +616,26 @@ absl::StatusOr<WarmupReport> LlamaModel::WarmUp(KvCache* cache, int max_num_seqs
       decode.block_tables.push_back(0);
       decode.logits_rows.push_back(s);
     }
-    std::optional<GraphShape> shape = GraphShapeOf(decode, *cache);
+    return decode;
+  };
+  const int largest_decode = DecodeGraphSize(std::min(max_num_seqs, 256));
+  std::vector<float> logits;
+  // Every decode size once, eagerly at the graphs' block-table width, before any capture:
+  // the split-KV attention's partials depend on the batch (not monotonically), and scratch
+  // that moved after a capture would drop the graphs captured before it.
+  for (int size : kDecodeGraphSizes) {
+    if (size > largest_decode) break;
+    const StepBatch decode = decode_batch(size);
+    const std::optional<GraphShape> shape = GraphShapeOf(decode, *cache);
+    if (!shape.has_value()) break;
+    RETURN_IF_ERROR(
+        ForwardEager(PadToGraphShape(decode, *shape, width), cache, &logits, nullptr));
+  }
+  const size_t free_before = be.FreeMemoryBytes();
+  for (int size : kDecodeGraphSizes) {
+    if (size > largest_decode) break;
+    const StepBatch decode = decode_batch(size);
+    const std::optional<GraphShape> shape = GraphShapeOf(decode, *cache);
     if (!shape.has_value()) break;
     RETURN_IF_ERROR(ForwardWithGraph(decode, *shape, cache, &logits, nullptr));
   }

@@ -1,7 +1,5 @@
 #include "worker/backend_factory.h"
 
-#include <unistd.h>
-
 #include <cstdlib>
 #include <fstream>
 #include <utility>
@@ -32,13 +30,6 @@ std::string CpuModelName() {
     return std::string(absl::StripAsciiWhitespace(absl::string_view(line).substr(colon + 1)));
   }
   return "cpu";
-}
-
-uint64_t TotalHostMemoryBytes() {
-  const long pages = ::sysconf(_SC_PHYS_PAGES);
-  const long page_size = ::sysconf(_SC_PAGE_SIZE);
-  if (pages <= 0 || page_size <= 0) return 0;
-  return static_cast<uint64_t>(pages) * static_cast<uint64_t>(page_size);
 }
 
 #if defined(TESSERA_HAVE_CUDA)
@@ -144,7 +135,7 @@ DeviceDescription DescribeBackend(const kernels::Backend& backend) {
 #endif
   d.kind = std::string(backend.name());
   d.name = d.kind == "cpu" ? CpuModelName() : d.kind;
-  d.total_memory_bytes = d.kind == "cpu" ? TotalHostMemoryBytes() : 0;
+  d.total_memory_bytes = backend.TotalMemoryBytes();
   d.free_memory_bytes = backend.FreeMemoryBytes();
   return d;
 }

@@ -69,7 +69,10 @@ std::optional<GraphShape> GraphShapeFor(const StepBatch& batch, const GraphLimit
     // The padding sequence's context must fit in the block table it attends through.
     if (padding_tokens > limits.width * limits.block_size) return std::nullopt;
   }
-  if (shape.tokens > limits.max_tokens || shape.seqs > limits.max_seqs) return std::nullopt;
+  if (shape.tokens > limits.max_tokens || shape.seqs > limits.max_seqs ||
+      shape.logits > limits.max_logits) {
+    return std::nullopt;
+  }
   return shape;
 }
 
@@ -96,23 +99,13 @@ StepBatch PadToGraphShape(const StepBatch& batch, const GraphShape& shape, int w
               : 0);
     }
   };
-  auto add_padding = [&](int n) {
-    for (int i = 0; i < n; ++i) {
-      padded.token_ids.push_back(0);
-      padded.positions.push_back(i);
-      padded.slot_mapping.push_back(-1);
-    }
-    padded.query_start.push_back(padded.num_tokens());
-    padded.context_lens.push_back(n);
-    padded.block_tables.insert(padded.block_tables.end(), width, 0);
-  };
   for (int s = 0; s < decode; ++s) add_real(s);
-  for (int s = decode; s < shape.decode_seqs; ++s) add_padding(1);
+  for (int s = decode; s < shape.decode_seqs; ++s) padded.AddPaddingSequence(1);
   for (int s = decode; s < seqs; ++s) add_real(s);
   const int padding_seqs = shape.seqs - shape.decode_seqs - (seqs - decode);
   for (int s = 0; s < padding_seqs; ++s) {
     const int left = shape.tokens - padded.num_tokens();
-    add_padding(s + 1 < padding_seqs ? 1 : left);
+    padded.AddPaddingSequence(s + 1 < padding_seqs ? 1 : left);
   }
   for (int row : batch.logits_rows) padded.logits_rows.push_back(row < decode ? row : row + shift);
   padded.logits_rows.resize(shape.logits, 0);

@@ -48,6 +48,7 @@ std::string_view StepKindOf(const StepBatch& batch);
 struct GraphLimits {
   int max_tokens = 8192;
   int max_seqs = 256;
+  int max_logits = 8192;
   // Block-table width every graph uses (the most blocks a sequence can hold) and the
   // cache's block size: a padding sequence must fit in that table.
   int width = 0;

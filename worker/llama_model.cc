@@ -40,10 +40,10 @@ void Upload(kernels::Backend* backend, const DeviceBuffer& dst, const std::vecto
   if (!src.empty()) backend->CopyToDevice(dst.get(), src.data(), src.size() * sizeof(T));
 }
 
-// Where each array of a step's metadata sits in the packed upload: 16-byte aligned offsets.
 // Index of a StepKindOf kind in ForwardCounts' arrays.
 int KindIndex(std::string_view kind) { return kind == "decode" ? 0 : kind == "mixed" ? 1 : 2; }
 
+// Where each array of a step's metadata sits in the packed upload: 16-byte aligned offsets.
 struct StepMetadata {
   size_t token_ids, positions, slots, query_start, context_lens, block_tables, logits_rows,
       bytes;
@@ -500,9 +500,10 @@ std::optional<GraphShape> LlamaModel::GraphShapeOf(const StepBatch& batch,
     // Past the warmed-up workspace a step would reallocate it and drop every graph.
     limits.max_tokens = ws_.tokens;
     limits.max_seqs = ws_.seqs;
+    limits.max_logits = ws_.logits;
   }
   std::optional<GraphShape> shape = GraphShapeFor(batch, limits);
-  if (!shape.has_value() || (ws_.reserved && shape->logits > ws_.logits)) return std::nullopt;
+  if (!shape.has_value()) return std::nullopt;
   if (!graphs_.contains(*shape) && graphs_.size() >= kMaxGraphs) return std::nullopt;
   return shape;
 }
@@ -589,47 +590,33 @@ absl::StatusOr<WarmupReport> LlamaModel::WarmUp(KvCache* cache, int max_num_seqs
   // workspaces) before any graph records pointers into it: padding tokens only, which
   // write no KV.
   {
-    const int tokens = std::min(sizes.tokens, width * cache->shape().block_size);
     StepBatch biggest;
     biggest.max_blocks_per_seq = width;
-    biggest.query_start = {0, tokens};
-    biggest.context_lens = {tokens};
-    biggest.block_tables.assign(width, 0);
-    biggest.slot_mapping.assign(tokens, -1);
-    biggest.token_ids.assign(tokens, 0);
-    for (int i = 0; i < tokens; ++i) biggest.positions.push_back(i);
+    const int tokens = std::min(sizes.tokens, width * cache->shape().block_size);
+    biggest.AddPaddingSequence(tokens);
     biggest.logits_rows = {tokens - 1};
     std::vector<float> ignored;
     RETURN_IF_ERROR(ForwardEager(biggest, cache, &ignored, nullptr));
   }
-  // Decode batches of every graph size, padding sequences only (they write no KV).
-  auto decode_batch = [](int size) {
+  // Decode batches of every graph size at the graphs' block-table width (their padded
+  // shape already), padding sequences only.
+  auto decode_batch = [width](int size) {
     StepBatch decode;
-    decode.max_blocks_per_seq = 1;
-    decode.query_start.push_back(0);
+    decode.max_blocks_per_seq = width;
     for (int s = 0; s < size; ++s) {
-      decode.token_ids.push_back(0);
-      decode.positions.push_back(0);
-      decode.slot_mapping.push_back(-1);
-      decode.query_start.push_back(s + 1);
-      decode.context_lens.push_back(1);
-      decode.block_tables.push_back(0);
+      decode.AddPaddingSequence(1);
       decode.logits_rows.push_back(s);
     }
     return decode;
   };
   const int largest_decode = DecodeGraphSize(std::min(max_num_seqs, 256));
   std::vector<float> logits;
-  // Every decode size once, eagerly at the graphs' block-table width, before any capture:
-  // the split-KV attention's partials depend on the batch (not monotonically), and scratch
-  // that moved after a capture would drop the graphs captured before it.
+  // Every decode size once, eagerly, before any capture: the split-KV attention's partials
+  // depend on the batch (not monotonically), and scratch that moved after a capture would
+  // drop the graphs captured before it.
   for (int size : kDecodeGraphSizes) {
     if (size > largest_decode) break;
-    const StepBatch decode = decode_batch(size);
-    const std::optional<GraphShape> shape = GraphShapeOf(decode, *cache);
-    if (!shape.has_value()) break;
-    RETURN_IF_ERROR(
-        ForwardEager(PadToGraphShape(decode, *shape, width), cache, &logits, nullptr));
+    RETURN_IF_ERROR(ForwardEager(decode_batch(size), cache, &logits, nullptr));
   }
   const size_t free_before = be.FreeMemoryBytes();
   for (int size : kDecodeGraphSizes) {

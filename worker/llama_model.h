@@ -16,10 +16,10 @@
 #include "kernels/backend.h"
 #include "worker/communicator.h"
 #include "worker/device_buffer.h"
+#include "worker/graph_batch.h"
 #include "worker/kv_cache.h"
 #include "worker/model_weights.h"
 #include "worker/step_batch.h"
-#include "worker/graph_batch.h"
 
 namespace tessera {
 

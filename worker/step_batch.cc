@@ -19,4 +19,16 @@ void StepBatch::AddSequence(absl::Span<const int32_t> tokens, absl::Span<const i
   if (wants_logits) logits_rows.push_back(num_tokens() - 1);
 }
 
+void StepBatch::AddPaddingSequence(int tokens) {
+  if (query_start.empty()) query_start.push_back(0);
+  for (int pos = 0; pos < tokens; ++pos) {
+    token_ids.push_back(0);
+    positions.push_back(pos);
+    slot_mapping.push_back(-1);
+  }
+  query_start.push_back(num_tokens());
+  context_lens.push_back(tokens);
+  block_tables.insert(block_tables.end(), max_blocks_per_seq, 0);
+}
+
 }  // namespace tessera

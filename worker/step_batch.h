@@ -29,6 +29,10 @@ struct StepBatch {
   // logits of its last token are returned.
   void AddSequence(absl::Span<const int32_t> tokens, absl::Span<const int32_t> blocks, int begin,
                    int end, int block_size, bool wants_logits);
+  // Appends a padding sequence of `tokens` tokens (token 0 at positions 0, 1, ...): its K/V
+  // is written nowhere (slot -1, which every backend skips) and it attends over the null
+  // block 0, which no sequence owns. Graph shapes and warm-up steps are filled with them.
+  void AddPaddingSequence(int tokens);
 };
 
 }  // namespace tessera

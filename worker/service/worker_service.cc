@@ -285,7 +285,7 @@ grpc::Status WorkerServiceImpl::LoadShard(grpc::ServerContext*, const v1::LoadSh
   // (speculation) its drafts' logits, as InitCache's warm-up reserves them.
   const int max_seqs = std::max(1, static_cast<int>(request->max_num_seqs()));
   const int max_tokens = std::max(max_seqs, static_cast<int>(request->max_num_tokens()));
-  const int max_logits = max_seqs * (1 + num_speculative_tokens_);
+  const int max_logits = MaxLogitRows(max_seqs);
   const int blocks_per_seq =
       request->max_num_seqs() > 0 && request->max_blocks() > 0
           ? static_cast<int>((request->max_blocks() - 1) / request->max_num_seqs())
@@ -368,12 +368,11 @@ grpc::Status WorkerServiceImpl::InitCache(grpc::ServerContext*, const v1::InitCa
   response->set_kv_cache_bytes(cache_bytes);
   if (options_.metrics != nullptr) options_.metrics->CacheAllocated(cache_bytes);
   // Graph backends reserve the largest step and capture the decode graphs now, before
-  // traffic. Speculative verification computes logits for every token of its drafts.
+  // traffic.
   if (request->max_num_seqs() > 0 && request->max_num_tokens() > 0) {
     const int max_seqs = static_cast<int>(request->max_num_seqs());
-    const int max_logits = max_seqs * (1 + static_cast<int>(num_speculative_tokens_));
     auto warm = model_->WarmUp(cache->get(), max_seqs, static_cast<int>(request->max_num_tokens()),
-                               max_logits);
+                               MaxLogitRows(max_seqs));
     if (!warm.ok()) {
       return ToGrpcStatus(absl::Status(warm.status().code(),
                                        absl::StrCat("warm-up: ", warm.status().message())));

@@ -51,6 +51,11 @@ class WorkerServiceImpl final : public v1::Worker::Service {
  private:
   // Adds the forward passes since the last call to the metrics (graph replays and eager).
   void ExportForwardCounts() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Logits rows of the largest step: speculative verification computes them for every
+  // token of each sequence's drafts. LoadShard's reserve and InitCache's warm-up agree.
+  int MaxLogitRows(int max_seqs) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    return max_seqs * (1 + num_speculative_tokens_);
+  }
 
   kernels::Backend* const backend_;
   const WorkerServiceOptions options_;

@@ -224,6 +224,13 @@ class Backend {
                               const void* k_cache, const void* v_cache,
                               const KvCacheShape& shape, int num_q_heads, float scale,
                               void* out) = 0;
+  // The step's attention metadata on the host, once per forward pass before its layers are
+  // queued and never inside a graph capture: a backend whose attention kernels schedule
+  // their work on the host (the CUDA backend's sm_90 prefill) plans the step here, so that a
+  // replayed graph finds the plan for the step it replays. `batch`'s arrays are host memory.
+  // PagedAttention calls for other batches keep working unplanned.
+  virtual void PlanAttention(const AttentionBatch& batch, const KvCacheShape& shape,
+                             int num_q_heads) {}
 
   // y[i] += x[i] for i < n, both activations.
   virtual void Add(void* y, const void* x, size_t n) = 0;

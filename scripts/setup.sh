@@ -91,3 +91,9 @@ if ! echo "$SMOLLM2_SHA256  $SMOLLM2" | sha256sum --check --status 2>/dev/null; 
   rm -rf "$fetch_dir"
 fi
 echo "setup: SmolLM2 at $SMOLLM2"
+
+# Header libraries of the CUDA attention kernels (FlashInfer, cuDNN frontend), only where
+# the CUDA toolkit is installed: without nvcc the CUDA backend is not built at all.
+if command -v nvcc >/dev/null 2>&1 || [ -x /usr/local/cuda/bin/nvcc ]; then
+  "$(dirname "$0")/fetch_attention_headers.sh"
+fi

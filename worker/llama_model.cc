@@ -257,7 +257,7 @@ absl::Status LlamaModel::ForwardEager(const StepBatch& batch, KvCache* cache,
                                   std::max(num_logits, 1)));
   kernels::Backend& be = *backend_;
   ++forward_counts_.eager[KindIndex(StepKindOf(batch))];
-  RETURN_IF_ERROR(EnqueueStep(UploadStep(batch), cache));
+  RETURN_IF_ERROR(EnqueueStep(UploadStep(batch, *cache), cache));
   if (num_logits == 0) {
     logits->clear();
     RETURN_IF_ERROR(comm_->Wait());  // Bounded, where a synchronize would wait on a dead peer.
@@ -268,7 +268,7 @@ absl::Status LlamaModel::ForwardEager(const StepBatch& batch, KvCache* cache,
   return CheckBackend(be, "forward pass");
 }
 
-LlamaModel::StepView LlamaModel::UploadStep(const StepBatch& batch) {
+LlamaModel::StepView LlamaModel::UploadStep(const StepBatch& batch, const KvCache& cache) {
   // One upload for the whole step's metadata, queued without waiting (pinned staging on
   // CUDA): the host goes straight on to queueing the layers.
   Workspace& w = ws_;
@@ -303,6 +303,12 @@ LlamaModel::StepView LlamaModel::UploadStep(const StepBatch& batch) {
          batch.query_start[a.num_decode_seqs + 1] - batch.query_start[a.num_decode_seqs] == 1) {
     ++a.num_decode_seqs;
   }
+  kernels::AttentionBatch host = a;
+  host.query_start = batch.query_start.data();
+  host.context_lens = batch.context_lens.data();
+  host.block_tables = batch.block_tables.data();
+  host.slot_mapping = batch.slot_mapping.data();
+  backend_->PlanAttention(host, cache.shape(), static_cast<int>(layout_.q_heads.size()));
   return v;
 }
 
@@ -525,7 +531,7 @@ absl::Status LlamaModel::ForwardWithGraph(const StepBatch& batch, const GraphSha
     graphs_epoch_ = be.GraphEpoch();
   }
   const int kind = KindIndex(StepKindOf(batch));
-  const StepView step = UploadStep(padded);
+  const StepView step = UploadStep(padded, *cache);
   if (auto it = graphs_.find(shape); it != graphs_.end()) {
     be.LaunchGraph(it->second);
     ++forward_counts_.replayed[kind];

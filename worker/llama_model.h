@@ -131,8 +131,9 @@ class LlamaModel {
   std::vector<WorkspacePart> WorkspaceParts(Workspace* w, int num_tokens, int num_seqs,
                                             int max_blocks, int num_logits) const;
   absl::Status EnsureWorkspace(int num_tokens, int num_seqs, int max_blocks, int num_logits);
-  // Queues the copy of the step's metadata into the workspace (it must be big enough).
-  StepView UploadStep(const StepBatch& batch);
+  // Queues the copy of the step's metadata into the workspace (it must be big enough) and
+  // lets the backend plan the step's attention (Backend::PlanAttention).
+  StepView UploadStep(const StepBatch& batch, const KvCache& cache);
   // Queues the whole step on the backend, nothing read back: the layers and, for the
   // step's logits rows, the final norm and lm_head (and with tp > 1 the logits' all-gather).
   absl::Status EnqueueStep(const StepView& step, KvCache* cache);

@@ -1,6 +1,7 @@
 // gpu_bench: device ceilings (copy bandwidth, cuBLASLt BF16 GEMM rate), a Llama-3-8B
 // shaped forward step through the CUDA backend (decode at several batch sizes, one long
-// prefill), and decode GEMVs with quantized weights, reported against those ceilings.
+// prefill), the attention candidates alone (attention_bench.h), and decode GEMVs with
+// quantized weights, reported against those ceilings.
 // Writes JSON to --out and a table to stdout.
 #include <cuda_runtime.h>
 
@@ -15,6 +16,7 @@
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_split.h"
+#include "benchmarks/gpu/attention_bench.h"
 #include "benchmarks/gpu/fill_random.h"
 #include "benchmarks/gpu/llama_step.h"
 #include "benchmarks/gpu/quantized_gemv_bench.h"
@@ -35,7 +37,9 @@ constexpr char kUsage[] =
     "usage: gpu_bench [--out PATH] [--device N] [--layers N] [--batches 1,2,4,8,64,256]\n"
     "                 [--context N] [--prefill N] [--copy-mib N] [--gemm-size N] [--iters N]\n"
     "                 [--activations bf16|f32] [--compare-activations 0|1]\n"
-    "                 [--kv-dtype bf16|f32] [--gemv-max-rows N]\n"
+    "                 [--kv-dtype bf16|f32] [--gemv-max-rows N] [--attention 0|1]\n"
+    "                 [--attention-prefill LIST] [--attention-batches LIST]\n"
+    "                 [--attention-contexts LIST]\n"
     "  --out PATH      write results as JSON to PATH (default: no file)\n"
     "  --device N      CUDA device (default 0)\n"
     "  --layers N      decoder layers of the Llama-3-8B shape (default 32)\n"
@@ -52,7 +56,12 @@ constexpr char kUsage[] =
     "  --kv-dtype D    the KV cache's element type, bf16 (the worker's choice for BF16\n"
     "                  checkpoints) or f32 (default bf16)\n"
     "  --gemv-max-rows N  decode batches up to N take the GEMV kernel, larger ones\n"
-    "                  cuBLASLt (0..8; default: the backend's)\n";
+    "                  cuBLASLt (0..8; default: the backend's)\n"
+    "  --attention 0|1 the attention sweep: each candidate kernel alone on one Llama-3-8B\n"
+    "                  layer (default 1)\n"
+    "  --attention-prefill LIST   its prompt lengths (default 512,2048,8192,32768)\n"
+    "  --attention-batches LIST   its decode batches (default 1,8,64,256)\n"
+    "  --attention-contexts LIST  its decode contexts (default 512,4096,32768)\n";
 
 struct Options {
   std::string out;
@@ -68,6 +77,8 @@ struct Options {
   bool compare_activations = true;
   DType kv_dtype = DType::kBF16;
   int gemv_max_rows = -1;  // -1: the backend's default.
+  bool attention = true;
+  AttentionBenchOptions attention_options;
 };
 
 [[noreturn]] void Die(const std::string& message) {
@@ -86,6 +97,14 @@ int ParseInt(const std::string& flag, const std::string& value, int min) {
         ")");
   }
   return v;
+}
+
+std::vector<int> ParseList(const std::string& flag, const std::string& value) {
+  std::vector<int> out;
+  for (const auto& part : absl::StrSplit(value, ',')) {
+    out.push_back(ParseInt(flag, std::string(part), 1));
+  }
+  return out;
 }
 
 DType ParseBf16OrF32(const std::string& flag, const std::string& value) {
@@ -111,10 +130,15 @@ Options ParseArgs(int argc, char** argv) {
     } else if (flag == "--layers") {
       o.layers = ParseInt(flag, value, 1);
     } else if (flag == "--batches") {
-      o.batches.clear();
-      for (const auto& part : absl::StrSplit(value, ',')) {
-        o.batches.push_back(ParseInt(flag, std::string(part), 1));
-      }
+      o.batches = ParseList(flag, value);
+    } else if (flag == "--attention") {
+      o.attention = ParseInt(flag, value, 0) != 0;
+    } else if (flag == "--attention-prefill") {
+      o.attention_options.prefill_tokens = ParseList(flag, value);
+    } else if (flag == "--attention-batches") {
+      o.attention_options.decode_batches = ParseList(flag, value);
+    } else if (flag == "--attention-contexts") {
+      o.attention_options.decode_contexts = ParseList(flag, value);
     } else if (flag == "--context") {
       o.context = ParseInt(flag, value, 1);
     } else if (flag == "--prefill") {
@@ -353,6 +377,14 @@ int Main(int argc, char** argv) {
                                               : "tensor-core kernel, BF16 cache");
   }
   model->reset();
+
+  if (o.attention) {
+    AttentionBenchOptions attention = o.attention_options;
+    attention.iters = o.iters;
+    absl::StatusOr<Json> sweep = RunAttentionBench(be, attention, copy_bw);
+    if (!sweep.ok()) Die(std::string(sweep.status().message()));
+    result["attention"] = *std::move(sweep);
+  }
 
   absl::StatusOr<Json> quantized = RunQuantizedGemvBench(be, o.iters, copy_bw);
   if (!quantized.ok()) Die(std::string(quantized.status().message()));

@@ -252,6 +252,16 @@ absl::StatusOr<StepTiming> LlamaStepBench::Time(int batch, int context, int new_
   b.cache_shape.num_kv_heads = s.kv_heads;
   b.cache_shape.head_dim = s.head_dim;
   b.cache_shape.dtype = s.kv_dtype;
+  // As the worker does once per step: a backend that schedules attention on the host (the
+  // sm_90 prefill) plans from host copies of the metadata.
+  {
+    AttentionBatch host = b.attention;
+    host.query_start = query_start.data();
+    host.context_lens = context_lens.data();
+    host.block_tables = tables.data();
+    host.slot_mapping = slots.data();
+    backend_->PlanAttention(host, b.cache_shape, s.q_heads);
+  }
   const int64_t t = b.tokens;
   b.hidden = scratch(t * s.hidden);
   b.normed = activations(t * s.hidden);

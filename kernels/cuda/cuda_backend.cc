@@ -2,12 +2,18 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <string>
+#include <string_view>
 #include <utility>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "absl/types/span.h"
+#ifdef TESSERA_HAVE_FLASHINFER
+#include "kernels/cuda/attention_sm90.h"
+#endif
 
 namespace tessera::kernels {
 namespace {
@@ -70,9 +76,20 @@ absl::StatusOr<std::unique_ptr<CudaBackend>> CudaBackend::Create(int device,
     major = minor = 0;  // Unknown: no FP8 tensor-core path.
   }
   const bool fp8_tensor_cores = major > 8 || (major == 8 && minor >= 9);
-  return std::unique_ptr<CudaBackend>(
+  std::unique_ptr<CudaBackend> backend(
       new CudaBackend(device, stream, *std::move(gemm), fp8_tensor_cores, major >= 8,
                       activation_dtype));
+  backend->hopper_ = major == 9 && minor == 0;
+  if (cudaDeviceGetAttribute(&backend->num_sms_, cudaDevAttrMultiProcessorCount, device) !=
+      cudaSuccess) {
+    cudaGetLastError();
+    backend->hopper_ = false;  // The persistent kernel needs its CTA count.
+  }
+  if (const char* kind = std::getenv("TESSERA_CUDA_PREFILL_ATTENTION");
+      kind != nullptr && std::string_view(kind) == "tc") {
+    backend->prefill_attention_ = PrefillAttention::kTensorCore;
+  }
+  return backend;
 }
 
 absl::StatusOr<std::unique_ptr<CudaBackend>> MakeCudaBackend(int device, DType activation_dtype) {
@@ -83,7 +100,7 @@ CudaBackend::~CudaBackend() {
   cudaStreamSynchronize(stream_);
   gemm_.reset();
   for (Scratch* s : {&activations_, &gemm_out_, &dequantized_, &attention_, &sampling_, &fp8_inputs_,
-                     &penalized_, &sample_io_, &moe_}) {
+                     &penalized_, &sample_io_, &moe_, &sm90_schedule_}) {
     if (s->data != nullptr) cudaFree(s->data);
   }
   for (auto& [key, table] : expert_tables_) cudaFree(table.device);
@@ -479,7 +496,9 @@ void CudaBackend::PagedAttention(const void* q, int q_stride, const AttentionBat
     AttentionBatch decode = batch;
     decode.num_seqs = decode_seqs;
     decode.num_tokens = decode_seqs;
-    const size_t bytes = gpu::AttentionSplitWorkspaceBytes(decode, shape, num_q_heads, 0);
+    // The split-KV plan depends on the batch shape and the SM count only (graph-stable).
+    const size_t bytes =
+        gpu::AttentionSplitWorkspaceBytes(decode, shape, num_q_heads, 0, num_sms_);
     void* workspace = nullptr;
     if (bytes > 0) {
       workspace = Ensure(attention_, bytes, "attention partials");
@@ -487,7 +506,7 @@ void CudaBackend::PagedAttention(const void* q, int q_stride, const AttentionBat
     }
     if (!gpu::LaunchPagedAttentionSplit(q, q_stride, decode, k_cache, v_cache, shape,
                                         num_q_heads, scale, 0, workspace, bytes, out, stream_,
-                                        &error, act)) {
+                                        &error, act, num_sms_)) {
       RecordLaunch(false, error);
       return;
     }
@@ -503,6 +522,31 @@ void CudaBackend::PagedAttention(const void* q, int q_stride, const AttentionBat
       batch.block_tables + static_cast<int64_t>(decode_seqs) * batch.max_blocks_per_seq;
   rest.slot_mapping = batch.slot_mapping == nullptr ? nullptr : batch.slot_mapping + decode_seqs;
   rest.num_decode_seqs = 0;
+#ifdef TESSERA_HAVE_FLASHINFER
+  // The plan PlanAttention made for this step's non-decode sequences, when it is this call's.
+  const Sm90Plan& plan = sm90_plan_;
+  if (plan.valid && plan.num_seqs == rest.num_seqs && plan.head_dim == shape.head_dim &&
+      plan.num_q_heads == num_q_heads &&
+      gpu::AttentionPrefillSm90Supported(shape, act, num_q_heads)) {
+    gpu::Sm90PrefillArgs args;
+    args.q = q;
+    args.q_stride = q_stride;
+    args.nnz_qo = plan.nnz_qo;
+    args.block_tables = rest.block_tables;
+    args.k_cache = k_cache;
+    args.v_cache = v_cache;
+    args.shape = shape;
+    args.num_q_heads = num_q_heads;
+    args.scale = scale;
+    args.window = rest.sliding_window;
+    args.schedule = static_cast<const int32_t*>(sm90_schedule_.data);
+    args.layout = plan.layout;
+    args.out = out;
+    ++sm90_prefill_launches_;
+    RecordLaunch(gpu::LaunchPagedAttentionPrefillSm90(args, stream_, &error), error);
+    return;
+  }
+#endif
   if (bf16_tensor_cores_ && gpu::AttentionPrefillTcSupported(shape)) {
     RecordLaunch(gpu::LaunchPagedAttentionPrefillTc(q, q_stride, rest, k_cache, v_cache, shape,
                                                     num_q_heads, scale, out, stream_, &error,
@@ -513,6 +557,54 @@ void CudaBackend::PagedAttention(const void* q, int q_stride, const AttentionBat
   RecordLaunch(gpu::LaunchPagedAttentionPrefill(q, q_stride, rest, k_cache, v_cache, shape,
                                                 num_q_heads, scale, out, stream_, &error, act),
                error);
+}
+
+bool CudaBackend::sm90_prefill_available() const {
+#ifdef TESSERA_HAVE_FLASHINFER
+  return hopper_ && num_sms_ > 0 && prefill_attention_ == PrefillAttention::kAuto;
+#else
+  return false;
+#endif
+}
+
+void CudaBackend::PlanAttention(const AttentionBatch& batch, const KvCacheShape& shape,
+                                int num_q_heads) {
+  sm90_plan_.valid = false;
+  if (!sm90_prefill_available() || capturing_ ||
+      !gpu::AttentionPrefillSm90Supported(shape, activation_dtype_, num_q_heads)) {
+    return;
+  }
+  // The same split as PagedAttention: leading decode sequences take the split-KV kernel.
+  const bool pure_decode = batch.num_tokens == batch.num_seqs;
+  const int first =
+      pure_decode ? batch.num_seqs : std::clamp(batch.num_decode_seqs, 0, batch.num_seqs);
+  if (first >= batch.num_seqs) return;
+  gpu::PrefillScheduleInput in;
+  in.query_start = absl::MakeConstSpan(batch.query_start + first, batch.num_seqs - first + 1);
+  in.context_lens = absl::MakeConstSpan(batch.context_lens + first, batch.num_seqs - first);
+  in.max_blocks_per_seq = batch.max_blocks_per_seq;
+  in.num_q_heads = num_q_heads;
+  in.tile_q = gpu::Sm90PrefillTileRows(shape.head_dim);
+  in.num_ctas = num_sms_;
+  const int64_t works = gpu::PrefillScheduleWorks(in);
+  if (works > sm90_capacity_) {
+    // Room for 256 more sequences than this step's tiles: the warm-up's largest step sets
+    // it once, and a later regrowth (new offsets) drops every captured graph.
+    const int64_t tiles = (batch.num_tokens + in.tile_q - 1) / in.tile_q + 256;
+    sm90_capacity_ = static_cast<int>(std::max<int64_t>(works, tiles * num_q_heads));
+    ++graph_epoch_;
+  }
+  const gpu::PrefillScheduleLayout layout =
+      gpu::PrefillScheduleLayout::For(num_sms_, sm90_capacity_);
+  void* device = Ensure(sm90_schedule_, layout.total * sizeof(int32_t), "sm_90 prefill schedule");
+  if (device == nullptr) return;
+  if (absl::Status s = gpu::BuildPrefillSchedule(in, layout, &sm90_schedule_host_); !s.ok()) {
+    Record(std::move(s));
+    return;
+  }
+  CopyToDeviceAsync(device, sm90_schedule_host_.data(), layout.total * sizeof(int32_t));
+  sm90_plan_ = Sm90Plan{true, first, batch.num_seqs - first, batch.num_tokens,
+                        shape.head_dim, num_q_heads, layout};
 }
 
 void CudaBackend::Add(void* y, const void* x, size_t n) {

@@ -18,6 +18,7 @@
 #include "kernels/backend.h"
 #include "kernels/cuda/cublaslt_gemm.h"
 #include "kernels/cuda/launchers.h"
+#include "kernels/cuda/prefill_schedule.h"
 
 namespace tessera::kernels {
 
@@ -93,6 +94,12 @@ class CudaBackend final : public Backend {
   void PagedAttention(const void* q, int q_stride, const AttentionBatch& batch,
                       const void* k_cache, const void* v_cache, const KvCacheShape& shape,
                       int num_q_heads, float scale, void* out) override;
+  // On compute capability 9.0 with BF16 activations and cache (head_dim 64/128), schedules
+  // the step's non-decode sequences for FlashInfer's sm_90 prefill kernel, which
+  // PagedAttention then runs for them; elsewhere a no-op (the tensor-core kernel needs no
+  // plan).
+  void PlanAttention(const AttentionBatch& batch, const KvCacheShape& shape,
+                     int num_q_heads) override;
   void Add(void* y, const void* x, size_t n) override;
   // Qwen3 and mixtures of experts (cuda_backend_moe.cc; kernels in moe_kernels.cu,
   // moe_grouped_kernels.cu and elementwise_kernels.cu).
@@ -155,6 +162,15 @@ class CudaBackend final : public Backend {
   void set_gemv_max_rows(int rows) { gemv_max_rows_ = std::clamp(rows, 0, gpu::kGemvMaxRows); }
   int gemv_max_rows() const { return gemv_max_rows_; }
   bool fp8_tensor_cores() const { return fp8_tensor_cores_; }
+  // Which kernel prefill attention may use (for the benchmark's side-by-side runs and for
+  // A/B checks; TESSERA_CUDA_PREFILL_ATTENTION=tc|sm90|auto sets it at creation). kAuto:
+  // the sm_90 kernel where it is built and the device is Hopper, else the tensor-core one.
+  enum class PrefillAttention { kAuto, kTensorCore };
+  void set_prefill_attention(PrefillAttention kind) { prefill_attention_ = kind; }
+  // Whether PlanAttention would plan for the sm_90 kernel on this device and build.
+  bool sm90_prefill_available() const;
+  // Prefill attention calls that ran the sm_90 kernel (for tests and benchmarks).
+  int64_t sm90_prefill_launches() const { return sm90_prefill_launches_; }
   // Prefill GEMMs that took the FP8 x FP8 path (for tests and benchmarks).
   int64_t fp8_gemms() const { return fp8_gemms_; }
 
@@ -207,6 +223,26 @@ class CudaBackend final : public Backend {
   Scratch sample_io_;    // SampleOnDevice: parameters and penalty lists in, ids and logprobs out.
   Scratch fp8_inputs_;   // FP8 activations and their scale for one prefill GEMM.
   Scratch moe_;          // MoeExperts: routed activations, tiles, per-pair outputs.
+  // The sm_90 prefill's schedule (PlanAttention) for sequences [first_seq, first_seq +
+  // num_seqs) of the planned step; its arrays sit at offsets set by `layout.capacity`,
+  // which changes only with the graph epoch.
+  struct Sm90Plan {
+    bool valid = false;
+    int first_seq = 0;
+    int num_seqs = 0;
+    int nnz_qo = 0;
+    int head_dim = 0;
+    int num_q_heads = 0;
+    gpu::PrefillScheduleLayout layout;
+  };
+  Sm90Plan sm90_plan_;
+  Scratch sm90_schedule_;
+  std::vector<int32_t> sm90_schedule_host_;
+  int sm90_capacity_ = 0;
+  int num_sms_ = 0;  // Multiprocessors: the persistent sm_90 kernel's CTAs.
+  bool hopper_ = false;  // Compute capability 9.0 (WGMMA).
+  PrefillAttention prefill_attention_ = PrefillAttention::kAuto;
+  int64_t sm90_prefill_launches_ = 0;
   // One MoE layer's uploaded expert pointers, with the views they came from (a call whose
   // views differ, say after a reload at the same address, uploads again).
   struct ExpertTableEntry {

@@ -179,18 +179,32 @@ bool LaunchMoeExpertsGrouped(const void* x, int n, const int32_t* expert_ids,
 // Both kernels honour batch.sliding_window (see AttentionBatch).
 bool AttentionHeadDimSupported(int head_dim);
 
-// Split-K ("flash-decoding") kernel: one thread block per (token, query head, context
-// partition of `partition_size` keys), then a reduction kernel merges the partitions. Works
-// for any batch; the backend uses it for decode steps. partition_size <= 0 picks one from
-// the grid size. Needs AttentionSplitWorkspaceBytes(...) bytes of device `workspace`.
+// Split-K ("flash-decoding") kernel: one thread block per (token, group of query heads
+// sharing a KV head, context partition), then a reduction kernel merges the partitions.
+// Works for any batch; the backend uses it for decode steps. Needs
+// AttentionSplitWorkspaceBytes(...) bytes of device `workspace`, called with the same
+// batch shape, partition_size, sm_count and version.
+//  - kV2 (the default): the partition count P comes from the planner
+//    (kernels/cuda/decode_plan.h: batch shape, heads, block-table width and `sm_count`,
+//    never the context lengths, so a captured CUDA graph stays valid), and each token cuts
+//    its own visible keys into P even pieces (paged::EvenPartitionKeys). 16-byte K/V loads,
+//    several keys in flight per thread.
+//  - kV1: the previous kernel (partitions of a fixed size counted from key 0, float4 loads
+//    of converted values), kept so benchmarks can compare both.
+// partition_size > 0 overrides the plan: kV1 uses partitions of that many keys; kV2 uses
+// P = ceil(max_blocks_per_seq * block_size / partition_size). sm_count <= 0: the planner's
+// default (kDecodeDefaultSmCount); kV1 ignores it.
+enum class SplitKernelVersion { kV1, kV2 };
 size_t AttentionSplitWorkspaceBytes(const AttentionBatch& batch, const KvCacheShape& shape,
-                                    int num_q_heads, int partition_size);
+                                    int num_q_heads, int partition_size, int sm_count = 0,
+                                    SplitKernelVersion version = SplitKernelVersion::kV2);
 bool LaunchPagedAttentionSplit(const void* q, int q_stride, const AttentionBatch& batch,
                                const void* k_cache, const void* v_cache,
                                const KvCacheShape& shape, int num_q_heads, float scale,
                                int partition_size, void* workspace, size_t workspace_bytes,
                                void* out, cudaStream_t stream, std::string* error,
-                               DType act = DType::kF32);
+                               DType act = DType::kF32, int sm_count = 0,
+                               SplitKernelVersion version = SplitKernelVersion::kV2);
 
 // Tiled kernel for prefill: one block per (16 consecutive tokens of one sequence, query
 // head) walks the keys in tiles of 32 staged in shared memory. Works for any batch.

@@ -51,6 +51,34 @@ TESSERA_HOST_DEVICE void PartitionKeys(int part, int partition_size, int positio
   *end = hi < position + 1 ? hi : position + 1;
 }
 
+// Keys per partition when a query at `position` cuts its visible keys into `num_partitions`
+// even pieces (EvenPartitionKeys): the span from the first visible key, rounded down to a
+// multiple of `granule`, to the query, divided by num_partitions and rounded up to a
+// multiple of `granule`.
+TESSERA_HOST_DEVICE int EvenPartitionSize(int num_partitions, int granule, int position,
+                                          int window) {
+  const int first = FirstVisibleKey(position, window);
+  const int span = position + 1 - (first - first % granule);
+  const int per_part = (span + num_partitions - 1) / num_partitions;
+  return (per_part + granule - 1) / granule * granule;
+}
+
+// The keys [*begin, *end) that partition `part` of `num_partitions` scores for a query at
+// `position` when the partition count is fixed (kernels/cuda/decode_plan.h) and each query
+// spreads its own visible keys over all of them: piece `part` of EvenPartitionSize keys,
+// counted from the first visible key rounded down to `granule` (so pieces stay
+// block-aligned), cut to the visible keys. Every visible key lands in exactly one
+// partition; trailing partitions of a short query are empty (*begin >= *end).
+TESSERA_HOST_DEVICE void EvenPartitionKeys(int part, int num_partitions, int granule,
+                                           int position, int window, int* begin, int* end) {
+  const int first = FirstVisibleKey(position, window);
+  const int size = EvenPartitionSize(num_partitions, granule, position, window);
+  const int lo = first - first % granule + part * size;
+  const int hi = lo + size;
+  *begin = lo > first ? lo : first;
+  *end = hi < position + 1 ? hi : position + 1;
+}
+
 // Where a prefill tile whose first query sits at `first_position` starts walking keys, in
 // tiles of `tile` keys: the tile holding the earliest key any of its queries sees (later
 // queries see later keys only).

@@ -2,7 +2,8 @@
 // the CPU backend, with shuffled block tables, GQA (6 query heads over 2 KV heads, and
 // groups of 2, 4 and 8 that the split-K kernel serves several heads per block), block
 // sizes 1 and 16, contexts up to 97 tokens, and mixed steps whose leading decode sequences
-// take the split-K kernel and the rest the tiled one.
+// take the split-K kernel and the rest the tiled one; both split-K versions, and the
+// split-KV plan on long (4,100-token) and mixed 64-sequence decode batches.
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
@@ -47,9 +48,12 @@ struct Problem {
 };
 
 // Blocks are handed out from a shuffled list (block 0 stays unused, as in the real pool), so
-// a kernel that assumes contiguous blocks reads the wrong keys.
+// a kernel that assumes contiguous blocks reads the wrong keys. The block table is at
+// least `min_table_blocks` wide (the worker's tables are as wide as the longest context
+// allowed, not the step's longest).
 Problem MakeProblem(const std::vector<SeqSpec>& seqs, int block_size, int head_dim,
-                    uint32_t seed, int q_heads = kQHeads, int kv_heads = kKvHeads) {
+                    uint32_t seed, int q_heads = kQHeads, int kv_heads = kKvHeads,
+                    int min_table_blocks = 0) {
   Problem p;
   p.q_heads = q_heads;
   p.kv_heads = kv_heads;
@@ -60,6 +64,7 @@ Problem MakeProblem(const std::vector<SeqSpec>& seqs, int block_size, int head_d
     total_blocks += blocks;
     p.max_blocks = std::max(p.max_blocks, blocks + 1);  // One spare column, as tables are.
   }
+  p.max_blocks = std::max(p.max_blocks, min_table_blocks);
   p.shape.num_blocks = total_blocks + 5;
   p.shape.block_size = block_size;
   p.shape.num_kv_heads = kv_heads;
@@ -96,6 +101,18 @@ Problem MakeProblem(const std::vector<SeqSpec>& seqs, int block_size, int head_d
   p.k_cache = RandomFloats(p.shape.elements(), seed + 2);
   p.v_cache = RandomFloats(p.shape.elements(), seed + 3);
   return p;
+}
+
+// The problem's float caches written by the CPU backend into p.shape.dtype: the bytes both
+// backends then read.
+std::pair<std::vector<uint8_t>, std::vector<uint8_t>> CacheBytes(Backend& cpu, const Problem& p) {
+  std::vector<int64_t> all_slots(p.shape.rows() / p.shape.num_kv_heads);
+  for (size_t i = 0; i < all_slots.size(); ++i) all_slots[i] = static_cast<int64_t>(i);
+  std::vector<uint8_t> k_cache(p.shape.bytes(), 0), v_cache(p.shape.bytes(), 0);
+  cpu.WriteKvCache(p.k_cache.data(), p.v_cache.data(), p.shape.num_kv_heads * p.shape.head_dim,
+                   all_slots.data(), static_cast<int>(all_slots.size()), p.shape,
+                   k_cache.data(), v_cache.data());
+  return {std::move(k_cache), std::move(v_cache)};
 }
 
 AttentionBatch HostBatch(const Problem& p) {
@@ -171,18 +188,23 @@ class CudaAttentionTest : public CudaVsCpuTest {
         ASSERT_TRUE(cuda_->status().ok()) << cuda_->status();
         ExpectAllClose(d.out.ToHost(), expected, 1e-4, what + " backend");
 
-        for (int partition : {7, 16, 0}) {
-          DeviceArray<float> out(expected.size());
-          const size_t bytes =
-              gpu::AttentionSplitWorkspaceBytes(d.batch, p.shape, q_heads, partition);
-          DeviceArray<uint8_t> workspace(bytes);
-          std::string error;
-          ASSERT_TRUE(gpu::LaunchPagedAttentionSplit(
-              d.q.get(), p.q_stride, d.batch, d.k_cache.get(), d.v_cache.get(), p.shape,
-              q_heads, scale, partition, workspace.get(), bytes, out.get(), nullptr, &error))
-              << error;
-          ExpectAllClose(out.ToHost(), expected, 1e-4,
-                         what + " split partition=" + std::to_string(partition));
+        for (gpu::SplitKernelVersion version :
+             {gpu::SplitKernelVersion::kV1, gpu::SplitKernelVersion::kV2}) {
+          for (int partition : {7, 16, 0}) {
+            DeviceArray<float> out(expected.size());
+            const size_t bytes = gpu::AttentionSplitWorkspaceBytes(d.batch, p.shape, q_heads,
+                                                                   partition, 0, version);
+            DeviceArray<uint8_t> workspace(bytes);
+            std::string error;
+            ASSERT_TRUE(gpu::LaunchPagedAttentionSplit(
+                d.q.get(), p.q_stride, d.batch, d.k_cache.get(), d.v_cache.get(), p.shape,
+                q_heads, scale, partition, workspace.get(), bytes, out.get(), nullptr, &error,
+                DType::kF32, 0, version))
+                << error;
+            ExpectAllClose(out.ToHost(), expected, 1e-4,
+                           absl::StrCat(what, " split v", static_cast<int>(version) + 1,
+                                        " partition=", partition));
+          }
         }
         {
           DeviceArray<float> out(expected.size());
@@ -326,14 +348,7 @@ TEST_F(CudaAttentionTest, TensorCorePrefillMatchesCpuAtBf16Precision) {
             Problem p = MakeProblem(seqs, block_size, head_dim, 200 + head_dim + block_size,
                                     q_heads, kv_heads);
             p.shape.dtype = dtype;
-            // Every slot of the float cache, written into the quantized one by the CPU.
-            const int width = kv_heads * head_dim;
-            std::vector<int64_t> all_slots(p.shape.rows() / kv_heads);
-            for (size_t i = 0; i < all_slots.size(); ++i) all_slots[i] = static_cast<int64_t>(i);
-            std::vector<uint8_t> k_cache(p.shape.bytes(), 0), v_cache(p.shape.bytes(), 0);
-            cpu_->WriteKvCache(p.k_cache.data(), p.v_cache.data(), width, all_slots.data(),
-                               static_cast<int>(all_slots.size()), p.shape, k_cache.data(),
-                               v_cache.data());
+            const auto [k_cache, v_cache] = CacheBytes(*cpu_, p);
             const float scale = 1.0f / std::sqrt(static_cast<float>(head_dim));
             std::vector<float> expected(static_cast<size_t>(p.num_tokens) * q_heads * head_dim);
             AttentionBatch host_batch = HostBatch(p);
@@ -350,6 +365,84 @@ TEST_F(CudaAttentionTest, TensorCorePrefillMatchesCpuAtBf16Precision) {
                                                            &error))
                 << error;
             ExpectAllClose(d.out.ToHost(), expected, kBf16AttentionTolerance, what);
+          }
+        }
+      }
+    }
+  }
+}
+
+// The split-KV plan (kernels/cuda/decode_plan.h) on decode batches the cases above never
+// reach: one sequence of 4,100 tokens in a table twice as wide (the plan cuts by the
+// table's width, and the sequence must still spread its own keys over every partition),
+// and 64 sequences mixing short and long contexts; GQA groups of 1, 4 and 8, head_dim 64
+// and 128, block sizes 1 and 16, a sliding window, F32 / BF16 / FP8 caches, both kernel
+// versions, and plans for 132 and for 16 SMs (many partitions and few).
+TEST_F(CudaAttentionTest, SplitKvPlanOnLongAndMixedDecodeBatches) {
+  struct Case {
+    std::string label;
+    std::vector<SeqSpec> seqs;
+    int table_keys;  // Width of the block table, in keys.
+  };
+  std::vector<SeqSpec> mixed;
+  for (int i = 0; i < 64; ++i) {
+    mixed.push_back({i % 8 == 0 ? 1500 + 37 * i : 1 + (i * 53) % 300, 1});
+  }
+  const std::vector<Case> cases = {{"batch 1 long", {{4100, 1}}, 8192},
+                                   {"batch 64 mixed", mixed, 4096}};
+  for (const Case& c : cases) {
+    for (int head_dim : {64, 128}) {
+      for (int block_size : {1, 16}) {
+        for (auto [q_heads, kv_heads] :
+             std::vector<std::pair<int, int>>{{2, 2}, {8, 2}, {8, 1}}) {
+          for (int window : {0, 1000}) {
+            for (DType dtype : {DType::kF32, DType::kBF16, DType::kF8E4M3}) {
+              const std::string what = absl::StrCat(
+                  c.label, " head_dim=", head_dim, " block_size=", block_size, " q_heads=",
+                  q_heads, " kv_heads=", kv_heads, " window=", window, " cache=",
+                  DTypeName(dtype));
+              SCOPED_TRACE(what);
+              Problem p = MakeProblem(c.seqs, block_size, head_dim, 500 + head_dim + block_size,
+                                      q_heads, kv_heads, c.table_keys / block_size);
+              p.shape.dtype = dtype;
+              const auto [k_cache, v_cache] = CacheBytes(*cpu_, p);
+              const float scale = 1.0f / std::sqrt(static_cast<float>(head_dim));
+              std::vector<float> expected(static_cast<size_t>(p.num_tokens) * q_heads *
+                                          head_dim);
+              AttentionBatch host_batch = HostBatch(p);
+              host_batch.sliding_window = window;
+              cpu_->PagedAttention(p.q.data(), p.q_stride, host_batch, k_cache.data(),
+                                   v_cache.data(), p.shape, q_heads, scale, expected.data());
+
+              DeviceProblem d(p);
+              d.batch.sliding_window = window;
+              d.batch.num_decode_seqs = p.num_seqs;
+              DeviceArray<uint8_t> d_kc(k_cache), d_vc(v_cache);
+              cuda_->PagedAttention(d.q.get(), p.q_stride, d.batch, d_kc.get(), d_vc.get(),
+                                    p.shape, q_heads, scale, d.out.get());
+              cuda_->Synchronize();
+              ASSERT_TRUE(cuda_->status().ok()) << cuda_->status();
+              ExpectAllClose(d.out.ToHost(), expected, 1e-4, what + " backend");
+
+              for (gpu::SplitKernelVersion version :
+                   {gpu::SplitKernelVersion::kV1, gpu::SplitKernelVersion::kV2}) {
+                for (int sms : {132, 16}) {
+                  DeviceArray<float> out(expected.size());
+                  const size_t bytes = gpu::AttentionSplitWorkspaceBytes(d.batch, p.shape,
+                                                                         q_heads, 0, sms, version);
+                  DeviceArray<uint8_t> workspace(bytes);
+                  std::string error;
+                  ASSERT_TRUE(gpu::LaunchPagedAttentionSplit(
+                      d.q.get(), p.q_stride, d.batch, d_kc.get(), d_vc.get(), p.shape, q_heads,
+                      scale, 0, workspace.get(), bytes, out.get(), nullptr, &error, DType::kF32,
+                      sms, version))
+                      << error;
+                  ExpectAllClose(out.ToHost(), expected, 1e-4,
+                                 absl::StrCat(what, " split v", static_cast<int>(version) + 1,
+                                              " sms=", sms));
+                }
+              }
+            }
           }
         }
       }
@@ -393,14 +486,7 @@ class CudaBf16AttentionTest : public CudaBf16VsCpuTest {
         Problem p = MakeProblem(seqs, block_size, head_dim, 400 + head_dim);
         p.q = RoundedToBf16(p.q);
         p.shape.dtype = cache_dtype;
-        // The float cache written by the CPU into the cache dtype: the bytes both read.
-        const int width = p.kv_heads * head_dim;
-        std::vector<int64_t> all_slots(p.shape.rows() / p.kv_heads);
-        for (size_t i = 0; i < all_slots.size(); ++i) all_slots[i] = static_cast<int64_t>(i);
-        std::vector<uint8_t> k_cache(p.shape.bytes(), 0), v_cache(p.shape.bytes(), 0);
-        cpu_->WriteKvCache(p.k_cache.data(), p.v_cache.data(), width, all_slots.data(),
-                           static_cast<int>(all_slots.size()), p.shape, k_cache.data(),
-                           v_cache.data());
+        const auto [k_cache, v_cache] = CacheBytes(*cpu_, p);
         const float scale = 1.0f / std::sqrt(static_cast<float>(head_dim));
         std::vector<float> expected(static_cast<size_t>(p.num_tokens) * p.q_heads * head_dim);
         cpu_->PagedAttention(p.q.data(), p.q_stride, HostBatch(p), k_cache.data(),
@@ -419,18 +505,22 @@ class CudaBf16AttentionTest : public CudaBf16VsCpuTest {
                        what + " backend");
 
         std::string error;
-        for (int partition : {16, 0}) {
-          DeviceArray<uint16_t> out(expected.size());
-          const size_t bytes =
-              gpu::AttentionSplitWorkspaceBytes(d.batch, p.shape, p.q_heads, partition);
-          DeviceArray<uint8_t> workspace(bytes);
-          ASSERT_TRUE(gpu::LaunchPagedAttentionSplit(d_q.get(), p.q_stride, d.batch, d_kc.get(),
-                                                     d_vc.get(), p.shape, p.q_heads, scale,
-                                                     partition, workspace.get(), bytes,
-                                                     out.get(), nullptr, &error, DType::kBF16))
-              << error;
-          ExpectAllClose(Bf16Values(out.ToHost()), expected, kBf16Tolerance,
-                         what + " split partition=" + std::to_string(partition));
+        for (gpu::SplitKernelVersion version :
+             {gpu::SplitKernelVersion::kV1, gpu::SplitKernelVersion::kV2}) {
+          for (int partition : {16, 0}) {
+            DeviceArray<uint16_t> out(expected.size());
+            const size_t bytes = gpu::AttentionSplitWorkspaceBytes(d.batch, p.shape, p.q_heads,
+                                                                   partition, 0, version);
+            DeviceArray<uint8_t> workspace(bytes);
+            ASSERT_TRUE(gpu::LaunchPagedAttentionSplit(
+                d_q.get(), p.q_stride, d.batch, d_kc.get(), d_vc.get(), p.shape, p.q_heads,
+                scale, partition, workspace.get(), bytes, out.get(), nullptr, &error,
+                DType::kBF16, 0, version))
+                << error;
+            ExpectAllClose(Bf16Values(out.ToHost()), expected, kBf16Tolerance,
+                           absl::StrCat(what, " split v", static_cast<int>(version) + 1,
+                                        " partition=", partition));
+          }
         }
         {
           DeviceArray<uint16_t> out(expected.size());

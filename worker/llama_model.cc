@@ -521,6 +521,9 @@ absl::Status LlamaModel::ForwardWithGraph(const StepBatch& batch, const GraphSha
   const int width = GraphBlocks(config_, cache->shape());
   const StepBatch padded = PadToGraphShape(batch, shape, width);
   RETURN_IF_ERROR(EnsureWorkspace(shape.tokens, shape.seqs, width, shape.logits));
+  // Uploaded (and planned: Backend::PlanAttention may grow the backend's scratch) before the
+  // epoch is compared, so a plan that moved a buffer drops the graphs that baked it in.
+  const StepView step = UploadStep(padded, *cache);
   // Graphs bake in pointers: the workspace's, the cache's and the backend's scratch.
   if (graphs_generation_ != ws_.generation || graphs_cache_ != cache ||
       graphs_epoch_ != be.GraphEpoch()) {
@@ -531,7 +534,6 @@ absl::Status LlamaModel::ForwardWithGraph(const StepBatch& batch, const GraphSha
     graphs_epoch_ = be.GraphEpoch();
   }
   const int kind = KindIndex(StepKindOf(batch));
-  const StepView step = UploadStep(padded, *cache);
   if (auto it = graphs_.find(shape); it != graphs_.end()) {
     be.LaunchGraph(it->second);
     ++forward_counts_.replayed[kind];

@@ -33,15 +33,16 @@ bool Fail(std::string* error, std::string message) {
 }  // namespace
 
 bool AttentionPrefillSm90Supported(const KvCacheShape& shape, DType act, int num_q_heads) {
-  return act == DType::kBF16 && shape.dtype == DType::kBF16 &&
+  return act == DType::kBF16 && (shape.dtype == DType::kBF16 || shape.dtype == DType::kF8E4M3) &&
          (shape.head_dim == 64 || shape.head_dim == 128) && shape.num_kv_heads > 0 &&
          num_q_heads % shape.num_kv_heads == 0;
 }
 
 bool LaunchPagedAttentionPrefillSm90(const Sm90PrefillArgs& a, cudaStream_t stream,
                                      std::string* error) {
-  if (!AttentionPrefillSm90Supported(a.shape, DType::kBF16, a.num_q_heads)) {
-    return Fail(error, "PagedAttentionPrefillSm90: needs a BF16 cache at head_dim 64 or 128");
+  if (a.shape.dtype != DType::kBF16 ||
+      !AttentionPrefillSm90Supported(a.shape, DType::kBF16, a.num_q_heads)) {
+    return Fail(error, "PagedAttentionPrefillSm90: needs BF16 pages at head_dim 64 or 128");
   }
   if (a.schedule == nullptr || a.layout.num_ctas <= 0) {
     return Fail(error, "PagedAttentionPrefillSm90: no schedule (Backend::PlanAttention)");

@@ -18,17 +18,22 @@
 // capability 9.0 devices and keeps its tensor-core kernel everywhere else.
 namespace tessera::kernels::gpu {
 
-// BF16 activations and a BF16 cache at head_dim 64 or 128, whole GQA groups.
+// BF16 activations, a BF16 or FP8 E4M3 cache at head_dim 64 or 128, whole GQA groups. The
+// kernel itself reads BF16 pages: for an FP8 cache the backend first dequantizes the pages
+// the step reads into a compact BF16 copy (LaunchDequantizeFp8Pages), since FlashInfer's FP8
+// path takes one scale per head where Tessera's cache keeps one per token and head.
 bool AttentionPrefillSm90Supported(const KvCacheShape& shape, DType act, int num_q_heads);
 
 struct Sm90PrefillArgs {
   const void* q = nullptr;  // [nnz_qo rows of q_stride] BF16; head h at column h * head_dim.
   int q_stride = 0;
   int nnz_qo = 0;  // Rows of q and out the schedule's qo_indptr entries may index.
-  const int32_t* block_tables = nullptr;  // The planned sequences' rows, first one first.
-  const void* k_cache = nullptr;
+  // The page indices the schedule's kv_indptr entries point into: the planned sequences'
+  // rows of the block tables, or (compact copy) 0, 1, 2, ...
+  const int32_t* block_tables = nullptr;
+  const void* k_cache = nullptr;  // BF16 pages.
   const void* v_cache = nullptr;
-  KvCacheShape shape;
+  KvCacheShape shape;  // dtype kBF16.
   int num_q_heads = 0;
   float scale = 1.0f;
   int window = 0;  // AttentionBatch::sliding_window.

@@ -4,6 +4,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <numeric>
 #include <string>
 #include <string_view>
 #include <utility>
@@ -100,7 +101,7 @@ CudaBackend::~CudaBackend() {
   cudaStreamSynchronize(stream_);
   gemm_.reset();
   for (Scratch* s : {&activations_, &gemm_out_, &dequantized_, &attention_, &sampling_, &fp8_inputs_,
-                     &penalized_, &sample_io_, &moe_, &sm90_schedule_}) {
+                     &penalized_, &sample_io_, &moe_, &sm90_schedule_, &sm90_pages_}) {
     if (s->data != nullptr) cudaFree(s->data);
   }
   for (auto& [key, table] : expert_tables_) cudaFree(table.device);
@@ -526,8 +527,9 @@ void CudaBackend::PagedAttention(const void* q, int q_stride, const AttentionBat
   // The plan PlanAttention made for this step's non-decode sequences, when it is this call's.
   const Sm90Plan& plan = sm90_plan_;
   if (plan.valid && plan.num_seqs == rest.num_seqs && plan.head_dim == shape.head_dim &&
-      plan.num_q_heads == num_q_heads &&
+      plan.num_q_heads == num_q_heads && plan.fp8 == (shape.dtype == DType::kF8E4M3) &&
       gpu::AttentionPrefillSm90Supported(shape, act, num_q_heads)) {
+    const int32_t* schedule = static_cast<const int32_t*>(sm90_schedule_.data);
     gpu::Sm90PrefillArgs args;
     args.q = q;
     args.q_stride = q_stride;
@@ -536,10 +538,30 @@ void CudaBackend::PagedAttention(const void* q, int q_stride, const AttentionBat
     args.k_cache = k_cache;
     args.v_cache = v_cache;
     args.shape = shape;
+    if (plan.fp8) {
+      // This layer's pages of the planned sequences, dequantized into the compact copy.
+      const size_t page_elems =
+          static_cast<size_t>(shape.block_size) * shape.num_kv_heads * shape.head_dim;
+      auto* k_pages = static_cast<uint16_t*>(sm90_pages_.data);
+      uint16_t* v_pages = k_pages + page_elems * sm90_pages_capacity_;
+      if (!gpu::LaunchDequantizeFp8Pages(rest.block_tables, rest.max_blocks_per_seq,
+                                         schedule + plan.layout.page_offsets, rest.num_seqs,
+                                         num_sms_ * 4, shape, k_cache, v_cache, k_pages,
+                                         v_pages, stream_, &error)) {
+        RecordLaunch(false, error);
+        return;
+      }
+      args.k_cache = k_pages;
+      args.v_cache = v_pages;
+      args.block_tables =
+          reinterpret_cast<const int32_t*>(v_pages + page_elems * sm90_pages_capacity_);
+      args.shape.dtype = DType::kBF16;
+      args.shape.num_blocks = sm90_pages_capacity_;
+    }
     args.num_q_heads = num_q_heads;
     args.scale = scale;
     args.window = rest.sliding_window;
-    args.schedule = static_cast<const int32_t*>(sm90_schedule_.data);
+    args.schedule = schedule;
     args.layout = plan.layout;
     args.out = out;
     ++sm90_prefill_launches_;
@@ -586,13 +608,34 @@ void CudaBackend::PlanAttention(const AttentionBatch& batch, const KvCacheShape&
   in.num_q_heads = num_q_heads;
   in.tile_q = gpu::Sm90PrefillTileRows(shape.head_dim);
   in.num_ctas = num_sms_;
-  const int64_t works = gpu::PrefillScheduleWorks(in);
+  in.block_size = shape.block_size;
+  in.compact_pages = shape.dtype == DType::kF8E4M3;
+  const int64_t works =
+      std::max<int64_t>(gpu::PrefillScheduleWorks(in), batch.num_seqs - first);
   if (works > sm90_capacity_) {
     // Room for 256 more sequences than this step's tiles: the warm-up's largest step sets
     // it once, and a later regrowth (new offsets) drops every captured graph.
     const int64_t tiles = (batch.num_tokens + in.tile_q - 1) / in.tile_q + 256;
     sm90_capacity_ = static_cast<int>(std::max<int64_t>(works, tiles * num_q_heads));
     ++graph_epoch_;
+  }
+  if (in.compact_pages) {
+    const int64_t pages = gpu::PrefillSchedulePages(in);
+    if (pages > sm90_pages_capacity_) {
+      // Twice the need: a longer prompt later regrows it (and drops the graphs) rarely.
+      const int64_t capacity = 2 * pages;
+      const size_t page_elems =
+          static_cast<size_t>(shape.block_size) * shape.num_kv_heads * shape.head_dim;
+      const size_t bytes = capacity * (2 * page_elems * sizeof(uint16_t) + sizeof(int32_t));
+      void* pages_buffer = Ensure(sm90_pages_, bytes, "sm_90 prefill BF16 pages");
+      if (pages_buffer == nullptr) return;
+      sm90_pages_capacity_ = static_cast<int>(capacity);
+      ++graph_epoch_;
+      std::vector<int32_t> identity(capacity);
+      std::iota(identity.begin(), identity.end(), 0);
+      CopyToDeviceAsync(static_cast<uint16_t*>(pages_buffer) + 2 * page_elems * capacity,
+                        identity.data(), identity.size() * sizeof(int32_t));
+    }
   }
   const gpu::PrefillScheduleLayout layout =
       gpu::PrefillScheduleLayout::For(num_sms_, sm90_capacity_);
@@ -603,8 +646,14 @@ void CudaBackend::PlanAttention(const AttentionBatch& batch, const KvCacheShape&
     return;
   }
   CopyToDeviceAsync(device, sm90_schedule_host_.data(), layout.total * sizeof(int32_t));
-  sm90_plan_ = Sm90Plan{true, first, batch.num_seqs - first, batch.num_tokens,
-                        shape.head_dim, num_q_heads, layout};
+  sm90_plan_ = Sm90Plan{.valid = true,
+                        .first_seq = first,
+                        .num_seqs = batch.num_seqs - first,
+                        .nnz_qo = batch.num_tokens,
+                        .head_dim = shape.head_dim,
+                        .num_q_heads = num_q_heads,
+                        .layout = layout,
+                        .fp8 = in.compact_pages};
 }
 
 void CudaBackend::Add(void* y, const void* x, size_t n) {

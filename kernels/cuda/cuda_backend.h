@@ -234,9 +234,14 @@ class CudaBackend final : public Backend {
     int head_dim = 0;
     int num_q_heads = 0;
     gpu::PrefillScheduleLayout layout;
+    bool fp8 = false;  // Through the compact BF16 copy in sm90_pages_.
   };
   Sm90Plan sm90_plan_;
   Scratch sm90_schedule_;
+  // An FP8 cache's pages for the sm_90 prefill, dequantized per layer: K pages, V pages
+  // (sm90_pages_capacity_ each) and the page indices 0, 1, 2, ... the kernel reads them by.
+  Scratch sm90_pages_;
+  int sm90_pages_capacity_ = 0;
   std::vector<int32_t> sm90_schedule_host_;
   int sm90_capacity_ = 0;
   int num_sms_ = 0;  // Multiprocessors: the persistent sm_90 kernel's CTAs.

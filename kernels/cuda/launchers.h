@@ -214,6 +214,17 @@ bool LaunchPagedAttentionPrefill(const void* q, int q_stride, const AttentionBat
                                  void* out, cudaStream_t stream, std::string* error,
                                  DType act = DType::kF32);
 
+// The pages the planned prefill sequences read, from an FP8 E4M3 cache (one scale per slot
+// and KV head) into a compact BF16 copy [pages, block_size, kv_heads, head_dim] for K and V
+// (kv_pages_kernels.cu): sequence s's pages j < page_offsets[s + 1] - page_offsets[s] go to
+// page page_offsets[s] + j. page_offsets [num_seqs + 1] is on the device, so the launch
+// (a fixed `grid` of blocks striding over the pages) replays in a graph for any contexts.
+bool LaunchDequantizeFp8Pages(const int32_t* block_tables, int max_blocks_per_seq,
+                              const int32_t* page_offsets, int num_seqs, int grid,
+                              const KvCacheShape& shape, const void* k_cache,
+                              const void* v_cache, void* k_out, void* v_out,
+                              cudaStream_t stream, std::string* error);
+
 // Tensor-core prefill (attention_tc_kernels.cu, sm_80+): flash-attention style BF16 WMMA
 // products with float softmax and accumulation, 64 query rows per block, for BF16 and FP8
 // caches at head_dim 64 or 128 (AttentionPrefillTcSupported); BF16 operand precision.

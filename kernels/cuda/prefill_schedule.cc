@@ -38,6 +38,8 @@ PrefillScheduleLayout PrefillScheduleLayout::For(int num_ctas, int capacity) {
     *field = at;
     at += cap;
   }
+  l.page_offsets = at;
+  at += CeilDiv(std::max(capacity, 1) + 1, 4) * 4;
   l.total = at;
   return l;
 }
@@ -50,17 +52,29 @@ int64_t PrefillScheduleWorks(const PrefillScheduleInput& in) {
   return tiles * in.num_q_heads;
 }
 
+int64_t PrefillSchedulePages(const PrefillScheduleInput& in) {
+  int64_t pages = 0;
+  for (int32_t context : in.context_lens) pages += CeilDiv(std::max(context, 0), in.block_size);
+  return pages;
+}
+
 absl::Status BuildPrefillSchedule(const PrefillScheduleInput& in,
                                   const PrefillScheduleLayout& layout,
                                   std::vector<int32_t>* out) {
   const int64_t works = PrefillScheduleWorks(in);
-  if (works > layout.capacity || layout.num_ctas <= 0) {
+  const int64_t seqs = std::max<int64_t>(static_cast<int64_t>(in.query_start.size()) - 1, 0);
+  if (works > layout.capacity || seqs > layout.capacity || layout.num_ctas <= 0) {
     return absl::InvalidArgumentError(absl::StrCat("prefill schedule: ", works,
                                                    " works for a capacity of ", layout.capacity,
                                                    " on ", layout.num_ctas, " CTAs"));
   }
   out->assign(static_cast<size_t>(layout.total), 0);
   const int num_seqs = static_cast<int>(in.query_start.size()) - 1;
+  int32_t* page_offsets = out->data() + layout.page_offsets;
+  for (int s = 0; s < num_seqs; ++s) {
+    page_offsets[s + 1] = page_offsets[s] + static_cast<int32_t>(CeilDiv(
+                                                std::max(in.context_lens[s], 0), in.block_size));
+  }
   // Longest context first, ties by index: the costliest tiles are dealt while every CTA is
   // still empty, and the schedule is the same for the same step.
   std::vector<int> order(std::max(num_seqs, 0));
@@ -88,8 +102,8 @@ absl::Status BuildPrefillSchedule(const PrefillScheduleInput& in,
         heap.push({cost + 2.0 * in.tile_q + static_cast<double>(TileKeys(qo_len, kv_len, t,
                                                                          in.tile_q)),
                    cta});
-        per_cta[cta].push_back(Work{t, in.query_start[s], s * in.max_blocks_per_seq, qo_len,
-                                    kv_len, head, s});
+        const int32_t pages = in.compact_pages ? page_offsets[s] : s * in.max_blocks_per_seq;
+        per_cta[cta].push_back(Work{t, in.query_start[s], pages, qo_len, kv_len, head, s});
       }
     }
   }

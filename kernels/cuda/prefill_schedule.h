@@ -39,6 +39,9 @@ struct PrefillScheduleLayout {
   int64_t kv_lens = 0;
   int64_t head_indices = 0;
   int64_t batch_indices = 0;
+  // [num_seqs + 1]: where each sequence's pages start in a compact copy of the planned
+  // sequences' pages (PrefillScheduleInput::compact_pages), the last entry their total.
+  int64_t page_offsets = 0;
   int64_t total = 0;  // int32 elements of the whole buffer.
 
   static PrefillScheduleLayout For(int num_ctas, int capacity);
@@ -54,13 +57,23 @@ struct PrefillScheduleInput {
   int num_q_heads = 0;
   int tile_q = 128;
   int num_ctas = 0;  // The GPU's SM count.
+  int block_size = 16;
+  // The kernel reads a compact copy of the sequences' pages (an FP8 cache dequantized to
+  // BF16 for the step): sequence s's pages are [page_offsets[s], page_offsets[s + 1]) of
+  // the copy, in order, instead of its row of the block tables.
+  bool compact_pages = false;
 };
 
 // Works the step needs: num_q_heads * sum over sequences of ceil(new tokens / tile_q).
 int64_t PrefillScheduleWorks(const PrefillScheduleInput& in);
 
-// Fills `out` (resized to layout.total) with the schedule. InvalidArgument when
-// layout.capacity is below PrefillScheduleWorks(in). Sequences without new tokens get no work.
+// Pages the planned sequences' contexts span: sum over sequences of
+// ceil(context_len / block_size), the size of the compact copy.
+int64_t PrefillSchedulePages(const PrefillScheduleInput& in);
+
+// Fills `out` (resized to layout.total) with the schedule and the page offsets.
+// InvalidArgument when layout.capacity is below PrefillScheduleWorks(in) or the number of
+// sequences. Sequences without new tokens get no work.
 absl::Status BuildPrefillSchedule(const PrefillScheduleInput& in, const PrefillScheduleLayout& layout,
                           std::vector<int32_t>* out);
 

@@ -61,7 +61,7 @@ Checked CheckSchedule(const PrefillScheduleInput& in, const PrefillScheduleLayou
   c.cta_cost.assign(l.num_ctas, 0.0);
   EXPECT_EQ(out.size(), static_cast<size_t>(l.total));
   for (int64_t offset : {l.work_indptr, l.qo_tile_indices, l.qo_indptr, l.kv_indptr, l.qo_lens,
-                         l.kv_lens, l.head_indices, l.batch_indices}) {
+                         l.kv_lens, l.head_indices, l.batch_indices, l.page_offsets}) {
     EXPECT_EQ(offset % 4, 0) << "arrays start 16-byte aligned";
   }
   std::map<std::tuple<int, int, int>, int> seen;
@@ -77,7 +77,8 @@ Checked CheckSchedule(const PrefillScheduleInput& in, const PrefillScheduleLayou
       EXPECT_EQ(out[l.qo_indptr + w], in.query_start[seq]);
       EXPECT_EQ(out[l.qo_lens + w], in.query_start[seq + 1] - in.query_start[seq]);
       EXPECT_EQ(out[l.kv_lens + w], in.context_lens[seq]);
-      EXPECT_EQ(out[l.kv_indptr + w], seq * in.max_blocks_per_seq);
+      EXPECT_EQ(out[l.kv_indptr + w], in.compact_pages ? out[l.page_offsets + seq]
+                                                        : seq * in.max_blocks_per_seq);
       ++seen[{seq, tile, head}];
       const double cost = CostOf(tile, out[l.qo_lens + w], out[l.kv_lens + w], in.tile_q);
       c.cta_cost[cta] += cost;
@@ -98,6 +99,14 @@ Checked CheckSchedule(const PrefillScheduleInput& in, const PrefillScheduleLayou
     }
   }
   EXPECT_EQ(seen.size(), static_cast<size_t>(PrefillScheduleWorks(in)));
+  // Each sequence's pages follow the previous one's in the compact copy.
+  EXPECT_EQ(out[l.page_offsets], 0);
+  for (size_t s = 0; s < in.context_lens.size(); ++s) {
+    EXPECT_EQ(out[l.page_offsets + s + 1] - out[l.page_offsets + s],
+              (in.context_lens[s] + in.block_size - 1) / in.block_size)
+        << "sequence " << s;
+  }
+  EXPECT_EQ(out[l.page_offsets + in.context_lens.size()], PrefillSchedulePages(in));
   return c;
 }
 
@@ -111,7 +120,8 @@ TEST(PrefillScheduleTest, LayoutPlacesArraysAtCapacityOffsets) {
   EXPECT_EQ(l.work_indptr, 0);
   EXPECT_EQ(l.qo_tile_indices, 136);  // 133 rounded up to 4.
   EXPECT_EQ(l.qo_indptr - l.qo_tile_indices, 1000);
-  EXPECT_EQ(l.total, 136 + 7 * 1000);
+  EXPECT_EQ(l.page_offsets, 136 + 7 * 1000);
+  EXPECT_EQ(l.total, 136 + 7 * 1000 + 1004);  // capacity + 1 page offsets, rounded up to 4.
   // The offsets depend on the capacity only, never on a step: graphs bake them in.
   const PrefillScheduleLayout again = PrefillScheduleLayout::For(132, 1000);
   EXPECT_EQ(again.batch_indices, l.batch_indices);
@@ -147,6 +157,21 @@ TEST(PrefillScheduleTest, MixedChunksAfterDecodeRowsKeepAbsoluteOffsets) {
   CheckSchedule(in, l, out);
 }
 
+// An FP8 cache is dequantized into a compact BF16 copy of the planned sequences' pages:
+// the works then index that copy, sequence after sequence.
+TEST(PrefillScheduleTest, CompactPagesIndexTheCopy) {
+  const Step step = MakeStep({{300, 4096}, {129, 129}, {64, 2000}, {1, 1}}, 2);
+  PrefillScheduleInput in = InputOf(step, 8, 128, 16, 300);
+  in.compact_pages = true;
+  in.block_size = 16;
+  EXPECT_EQ(PrefillSchedulePages(in), 256 + 9 + 125 + 1);
+  const PrefillScheduleLayout l = PrefillScheduleLayout::For(16, 200);
+  std::vector<int32_t> out;
+  ASSERT_TRUE(BuildPrefillSchedule(in, l, &out).ok());
+  CheckSchedule(in, l, out);
+  EXPECT_EQ(out[l.page_offsets + 2], 256 + 9);
+}
+
 TEST(PrefillScheduleTest, RandomStepsAreCoveredExactlyOnce) {
   std::mt19937 rng(33);
   for (int trial = 0; trial < 200; ++trial) {
@@ -160,7 +185,9 @@ TEST(PrefillScheduleTest, RandomStepsAreCoveredExactlyOnce) {
     const int heads = 1 << (rng() % 4);
     const int ctas = 1 + static_cast<int>(rng() % 140);
     const Step step = MakeStep(seqs, static_cast<int>(rng() % 5));
-    const PrefillScheduleInput in = InputOf(step, heads, tile, ctas, 40);
+    PrefillScheduleInput in = InputOf(step, heads, tile, ctas, 40);
+    in.block_size = 1 << (rng() % 6);
+    in.compact_pages = trial % 3 == 0;
     const PrefillScheduleLayout l =
         PrefillScheduleLayout::For(ctas, static_cast<int>(PrefillScheduleWorks(in)) + trial % 3);
     std::vector<int32_t> out;

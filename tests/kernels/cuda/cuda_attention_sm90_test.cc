@@ -1,5 +1,7 @@
 // The sm_90 prefill path of the CUDA backend (FlashInfer's FA3-style kernel scheduled by
 // Backend::PlanAttention) against the CPU backend on the same BF16 inputs and cache bytes:
+// BF16 caches and FP8 ones (dequantized into a compact BF16 copy of the step's pages; one
+// more rounding of K and V to BF16, 2^-9 relative, well inside kBf16AttentionTolerance),
 // head sizes 64 and 128, GQA groups 1, 4 and 8, block sizes 1, 16 and 32, sliding windows,
 // prompts of several query tiles, chunks after a cached prefix, and mixed steps whose leading
 // decode sequences take the split-KV kernel. Also: a CUDA graph captured for one step and
@@ -35,8 +37,8 @@ struct Step {
   std::vector<int32_t> query_start{0};
   std::vector<int32_t> context_lens;
   std::vector<int32_t> block_tables;
-  std::vector<float> q;        // BF16-rounded.
-  std::vector<uint8_t> k_cache;  // BF16 bytes, written by the CPU backend.
+  std::vector<float> q;          // BF16-rounded.
+  std::vector<uint8_t> k_cache;  // BF16 or FP8 bytes, written by the CPU backend.
   std::vector<uint8_t> v_cache;
   int leading_decode = 0;
 
@@ -54,12 +56,13 @@ struct Step {
   }
 };
 
-Step MakeStep(Backend& cpu, const std::vector<Seq>& seqs, int head_dim, int block_size,
-              int q_heads, int kv_heads, int max_blocks, int num_blocks, uint32_t seed) {
+Step MakeStep(Backend& cpu, const std::vector<Seq>& seqs, int head_dim, int block_size, int q_heads,
+              int kv_heads, int max_blocks, int num_blocks, uint32_t seed,
+              DType cache_dtype = DType::kBF16) {
   Step s;
   s.q_heads = q_heads;
   s.max_blocks = max_blocks;
-  s.shape = KvCacheShape{num_blocks, block_size, kv_heads, head_dim, DType::kBF16};
+  s.shape = KvCacheShape{num_blocks, block_size, kv_heads, head_dim, cache_dtype};
   std::vector<int32_t> free_blocks(num_blocks - 1);
   std::iota(free_blocks.begin(), free_blocks.end(), 1);  // Block 0 stays the null block.
   std::mt19937 rng(seed);
@@ -86,15 +89,14 @@ Step MakeStep(Backend& cpu, const std::vector<Seq>& seqs, int head_dim, int bloc
   s.k_cache.assign(s.shape.bytes(), 0);
   s.v_cache.assign(s.shape.bytes(), 0);
   cpu.WriteKvCache(k.data(), v.data(), kv_heads * head_dim, all_slots.data(),
-                   static_cast<int>(all_slots.size()), s.shape, s.k_cache.data(),
-                   s.v_cache.data());
+                   static_cast<int>(all_slots.size()), s.shape, s.k_cache.data(), s.v_cache.data());
   return s;
 }
 
 std::vector<float> Expected(Backend& cpu, const Step& s, int window, float scale) {
   std::vector<float> out(static_cast<size_t>(s.num_tokens) * s.q_heads * s.shape.head_dim);
-  cpu.PagedAttention(s.q.data(), s.q_stride, s.Host(window), s.k_cache.data(),
-                     s.v_cache.data(), s.shape, s.q_heads, scale, out.data());
+  cpu.PagedAttention(s.q.data(), s.q_stride, s.Host(window), s.k_cache.data(), s.v_cache.data(),
+                     s.shape, s.q_heads, scale, out.data());
   return out;
 }
 
@@ -136,31 +138,34 @@ class CudaSm90AttentionTest : public CudaBf16VsCpuTest {
 TEST_F(CudaSm90AttentionTest, MatchesCpuAcrossShapes) {
   // Two decode rows first (split-KV kernel), then prompts of several tiles, a chunk after a
   // long cached prefix, a short prompt and a one-token chunk after a prefix.
-  const std::vector<Seq> seqs = {{1, 300}, {1, 45},   {700, 700}, {200, 1500},
+  const std::vector<Seq> seqs = {{1, 300}, {1, 45},    {700, 700}, {200, 1500},
                                  {5, 5},   {130, 400}, {1, 1},     {64, 64}};
-  for (int head_dim : {64, 128}) {
-    for (int block_size : {1, 16, 32}) {
-      for (auto [q_heads, kv_heads] : std::vector<std::pair<int, int>>{{4, 4}, {8, 2}, {16, 2}}) {
-        for (int window : {0, 100}) {
-          const std::string what =
-              absl::StrCat("head_dim=", head_dim, " block_size=", block_size, " q_heads=",
-                           q_heads, " kv_heads=", kv_heads, " window=", window);
-          SCOPED_TRACE(what);
-          const int max_blocks = 1500 / block_size + 2;
-          const int num_blocks = 4000 / block_size + 8;
-          const Step s = MakeStep(*cpu_, seqs, head_dim, block_size, q_heads, kv_heads,
-                                  max_blocks, num_blocks, 900 + head_dim + block_size + window);
-          const float scale = 1.0f / std::sqrt(static_cast<float>(head_dim));
-          const std::vector<float> expected = Expected(*cpu_, s, window, scale);
-          DeviceStep d(s);
-          const int64_t launches = cuda_->sm90_prefill_launches();
-          cuda_->PlanAttention(s.Host(window), s.shape, q_heads);
-          cuda_->PagedAttention(d.q.get(), s.q_stride, d.Batch(s, window), d.k_cache.get(),
-                                d.v_cache.get(), s.shape, q_heads, scale, d.out.get());
-          cuda_->Synchronize();
-          ASSERT_TRUE(cuda_->status().ok()) << cuda_->status();
-          EXPECT_EQ(cuda_->sm90_prefill_launches(), launches + 1) << "took another kernel";
-          ExpectAllClose(Bf16Values(d.out.ToHost()), expected, kBf16AttentionTolerance, what);
+  for (DType cache : {DType::kBF16, DType::kF8E4M3}) {
+    for (int head_dim : {64, 128}) {
+      for (int block_size : {1, 16, 32}) {
+        for (auto [q_heads, kv_heads] : std::vector<std::pair<int, int>>{{4, 4}, {8, 2}, {16, 2}}) {
+          for (int window : {0, 100}) {
+            const std::string what =
+                absl::StrCat(DTypeName(cache), " head_dim=", head_dim, " block_size=", block_size,
+                             " q_heads=", q_heads, " kv_heads=", kv_heads, " window=", window);
+            SCOPED_TRACE(what);
+            const int max_blocks = 1500 / block_size + 2;
+            const int num_blocks = 4000 / block_size + 8;
+            const Step s =
+                MakeStep(*cpu_, seqs, head_dim, block_size, q_heads, kv_heads, max_blocks,
+                         num_blocks, 900 + head_dim + block_size + window, cache);
+            const float scale = 1.0f / std::sqrt(static_cast<float>(head_dim));
+            const std::vector<float> expected = Expected(*cpu_, s, window, scale);
+            DeviceStep d(s);
+            const int64_t launches = cuda_->sm90_prefill_launches();
+            cuda_->PlanAttention(s.Host(window), s.shape, q_heads);
+            cuda_->PagedAttention(d.q.get(), s.q_stride, d.Batch(s, window), d.k_cache.get(),
+                                  d.v_cache.get(), s.shape, q_heads, scale, d.out.get());
+            cuda_->Synchronize();
+            ASSERT_TRUE(cuda_->status().ok()) << cuda_->status();
+            EXPECT_EQ(cuda_->sm90_prefill_launches(), launches + 1) << "took another kernel";
+            ExpectAllClose(Bf16Values(d.out.ToHost()), expected, kBf16AttentionTolerance, what);
+          }
         }
       }
     }
@@ -193,8 +198,8 @@ TEST_F(CudaSm90AttentionTest, GraphReplayReadsTheNewStepsPlan) {
   // Same token and sequence counts (the padded shape), different splits and prefixes.
   const Step a = MakeStep(*cpu_, {{1, 50}, {500, 500}, {12, 12}}, head_dim, block_size, q_heads,
                           kv_heads, max_blocks, num_blocks, 21);
-  const Step b = MakeStep(*cpu_, {{1, 900}, {256, 1200}, {256, 256}}, head_dim, block_size,
-                          q_heads, kv_heads, max_blocks, num_blocks, 22);
+  const Step b = MakeStep(*cpu_, {{1, 900}, {256, 1200}, {256, 256}}, head_dim, block_size, q_heads,
+                          kv_heads, max_blocks, num_blocks, 22);
   ASSERT_EQ(a.num_tokens, b.num_tokens);
   // One set of device buffers, as the worker's workspace: b's data is copied over a's.
   DeviceStep d(a);
@@ -220,8 +225,8 @@ TEST_F(CudaSm90AttentionTest, GraphReplayReadsTheNewStepsPlan) {
   cuda_->Synchronize();
   ASSERT_TRUE(cuda_->status().ok()) << cuda_->status();
   EXPECT_EQ(cuda_->sm90_prefill_launches(), launches) << "the replay launched nothing new";
-  ExpectAllClose(Bf16Values(d.out.ToHost()), Expected(*cpu_, b, 0, scale),
-                 kBf16AttentionTolerance, "replayed with b's plan");
+  ExpectAllClose(Bf16Values(d.out.ToHost()), Expected(*cpu_, b, 0, scale), kBf16AttentionTolerance,
+                 "replayed with b's plan");
 }
 
 }  // namespace

@@ -28,8 +28,7 @@ LIMIT_MIB=56  # the device call carries 64 MiB in all, the working tree (about 4
 # tessera-bench drives serve_bench.sh, the serving benchmark).
 TESTS=(kernels_cuda_test cuda_forward_test cuda_int4_forward_test cuda_variants_forward_test
        cuda_tensor_parallel_forward_test nccl_communicator_test cli_run_cuda_test
-       serving_cuda_test tp_one_device_cuda_test cuda_graph_steps_test
-       kernels_cuda_sm90_attention_test kernels_cuda_cudnn_attention_test)
+       serving_cuda_test tp_one_device_cuda_test cuda_graph_steps_test)
 PROGRAMS=(tessera tessera-coordinator tessera-worker tessera-bench gpu_bench)
 
 die() { printf 'pack_prebuilt: %s\n' "$*" >&2; exit 1; }

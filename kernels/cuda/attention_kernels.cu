@@ -427,6 +427,12 @@ int64_t SplitPartitions(const AttentionBatch& batch, const KvCacheShape& shape, 
   return PickNumPartitions(batch, shape, num_q_heads, partition_size, sm_count);
 }
 
+// Where SplitKernelVersion::kV1 exists (launchers.h).
+template <int D, class Cache>
+constexpr bool SplitV1Instantiated() {
+  return (D == 64 || D == 128) && !std::is_same_v<Cache, F32Cache>;
+}
+
 template <int D, class Cache>
 bool LaunchSplitFor(const AttentionArgs& args, int num_tokens, int partition_size,
                     int num_partitions, float* workspace, cudaStream_t stream,
@@ -533,8 +539,14 @@ bool LaunchPagedAttentionSplit(const void* q, int q_stride, const AttentionBatch
     using Cache = decltype(cache);
     auto for_dim = [&](auto dim) {
       constexpr int D = decltype(dim)::value;
-      return v1 ? LaunchSplitFor<D, Cache>(args, n, size, p, ws, stream, error)
-                : LaunchSplitV2For<D, Cache>(args, n, p, ws, stream, error);
+      if (!v1) return LaunchSplitV2For<D, Cache>(args, n, p, ws, stream, error);
+      // Version 1 is compiled only where the benchmark compares it: every instantiation is
+      // in the fatbin of every binary linking the backend.
+      if constexpr (SplitV1Instantiated<D, Cache>()) {
+        return LaunchSplitFor<D, Cache>(args, n, size, p, ws, stream, error);
+      }
+      return Fail(error, "PagedAttentionSplit: version 1 is kept for BF16 and FP8 caches at "
+                         "head_dim 64 and 128 only");
     };
     switch (shape.head_dim) {
       case 8: return for_dim(std::integral_constant<int, 8>{});

@@ -190,7 +190,8 @@ bool AttentionHeadDimSupported(int head_dim);
 //    its own visible keys into P even pieces (paged::EvenPartitionKeys). 16-byte K/V loads,
 //    several keys in flight per thread.
 //  - kV1: the previous kernel (partitions of a fixed size counted from key 0, float4 loads
-//    of converted values), kept so benchmarks can compare both.
+//    of converted values), kept so benchmarks can compare both: BF16 and FP8 caches at
+//    head_dim 64 and 128 only (an error elsewhere).
 // partition_size > 0 overrides the plan: kV1 uses partitions of that many keys; kV2 uses
 // P = ceil(max_blocks_per_seq * block_size / partition_size). sm_count <= 0: the planner's
 // default (kDecodeDefaultSmCount); kV1 ignores it.

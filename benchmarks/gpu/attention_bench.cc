@@ -263,32 +263,45 @@ void AddLegacyDecodeCandidate(CudaBackend& be, const Problem& p, const Attention
 }
 
 // cuDNN 9's SDPA over the paged cache (kernels/cuda/cudnn_attention.h), where it was built
-// and libcudnn loads.
-void AddCudnnPrefillCandidate(CudaBackend& be, const Problem& p, const AttentionBatch& batch,
-                              float scale, std::vector<Candidate>* out) {
+// and libcudnn loads. One object for the whole sweep: its graphs are cached per shape bucket.
+class CudnnCandidate {
+ public:
+  CudnnCandidate() {
 #ifdef TESSERA_HAVE_CUDNN_ATTENTION
-  // One cuDNN object for the whole sweep: its graphs are cached per shape bucket.
-  static absl::StatusOr<std::unique_ptr<kernels::CudnnPagedPrefill>>* cudnn =
-      new absl::StatusOr<std::unique_ptr<kernels::CudnnPagedPrefill>>(
-          kernels::CudnnPagedPrefill::Create());
-  if (!cudnn->ok()) {
-    out->push_back({"cudnn_sdpa", std::string(cudnn->status().message()), nullptr});
-    return;
-  }
-  kernels::CudnnHostBatchInfo host;
-  for (int s = 0; s < p.num_seqs; ++s) {
-    host.max_query_len = std::max(host.max_query_len, p.query_start[s + 1] - p.query_start[s]);
-    host.max_context_len = std::max(host.max_context_len, p.context_lens[s]);
-  }
-  kernels::CudnnPagedPrefill* prefill = cudnn->value().get();
-  out->push_back({"cudnn_sdpa", "", [&be, &p, batch, scale, host, prefill]() {
-                    return prefill->Run(p.q, p.q_stride, batch, p.shape, p.k, p.v, kQHeads,
-                                        scale, p.out, be.stream(), host);
-                  }});
-#else
-  out->push_back({"cudnn_sdpa", "not built (no cuDNN frontend headers)", nullptr});
+    absl::StatusOr<std::unique_ptr<kernels::CudnnPagedPrefill>> created =
+        kernels::CudnnPagedPrefill::Create();
+    if (created.ok()) {
+      prefill_ = *std::move(created);
+    } else {
+      unavailable_ = std::string(created.status().message());
+    }
 #endif
-}
+  }
+
+  Candidate For(CudaBackend& be, const Problem& p, const AttentionBatch& batch, float scale) {
+#ifdef TESSERA_HAVE_CUDNN_ATTENTION
+    if (prefill_ == nullptr) return {"cudnn_sdpa", unavailable_, nullptr};
+    kernels::CudnnHostBatchInfo host;
+    for (int s = 0; s < p.num_seqs; ++s) {
+      host.max_query_len = std::max(host.max_query_len, p.query_start[s + 1] - p.query_start[s]);
+      host.max_context_len = std::max(host.max_context_len, p.context_lens[s]);
+    }
+    kernels::CudnnPagedPrefill* prefill = prefill_.get();
+    return {"cudnn_sdpa", "", [&be, &p, batch, scale, host, prefill]() {
+              return prefill->Run(p.q, p.q_stride, batch, p.shape, p.k, p.v, kQHeads, scale,
+                                  p.out, be.stream(), host);
+            }};
+#else
+    return {"cudnn_sdpa", unavailable_, nullptr};
+#endif
+  }
+
+ private:
+#ifdef TESSERA_HAVE_CUDNN_ATTENTION
+  std::unique_ptr<kernels::CudnnPagedPrefill> prefill_;
+#endif
+  std::string unavailable_ = "not built (no cuDNN frontend headers)";
+};
 
 }  // namespace
 
@@ -310,6 +323,7 @@ absl::StatusOr<Json> RunAttentionBench(CudaBackend& be, const AttentionBenchOpti
   };
 
   std::printf("\nattention, Llama-3-8B layer (32 q / 8 kv heads, head_dim 128, BF16)\n");
+  CudnnCandidate cudnn;
   Json prefill = Json::array();
   for (int tokens : o.prefill_tokens) {
     std::printf("prefill %d tokens, causal\n", tokens);
@@ -348,7 +362,7 @@ absl::StatusOr<Json> RunAttentionBench(CudaBackend& be, const AttentionBenchOpti
            }
            return be.status();
          }});
-    AddCudnnPrefillCandidate(be, *p, batch, scale, &candidates);
+    candidates.push_back(cudnn.For(be, *p, batch, scale));
     Json row = TimeCandidates(be, *p, std::move(candidates), iters, flop, "flop_per_s", 0);
     prefill.push_back({{"tokens", tokens}, {"flop", flop}, {"candidates", row}});
     Release(be, *p);

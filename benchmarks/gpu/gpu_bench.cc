@@ -255,6 +255,18 @@ int Main(int argc, char** argv) {
   result["date"] = UtcNow();
   result["activation_dtype"] = DTypeName(o.activations);
   result["gemv_max_rows"] = be.gemv_max_rows();
+  // Rewrites --out with what has been measured so far.
+  auto save = [&]() {
+    if (o.out.empty()) return;
+    const std::filesystem::path path(o.out);
+    if (path.has_parent_path()) {
+      std::error_code ec;
+      std::filesystem::create_directories(path.parent_path(), ec);
+    }
+    std::ofstream file(path);
+    file << result.dump(2) << "\n";
+    if (!file) Die("could not write " + o.out);
+  };
   std::printf("GPU %s (sm_%d%d, %d SMs, %.1f GiB), driver %d, runtime %d, %s build, %s "
               "activations\n",
               prop.name, prop.major, prop.minor, prop.multiProcessorCount,
@@ -271,6 +283,7 @@ int Main(int argc, char** argv) {
   result["gemm_size"] = o.gemm_size;
   std::printf("device copy (read+write): %8.1f GB/s\n", copy_bw / 1e9);
   std::printf("cuBLASLt BF16 GEMM %d^3:  %8.1f TFLOP/s\n\n", o.gemm_size, gemm_rate / 1e12);
+  save();
 
   LlamaShape shape;
   shape.layers = o.layers;
@@ -319,6 +332,7 @@ int Main(int argc, char** argv) {
                 100.0 * step_bw / copy_bw, 100.0 * gemm_bw / copy_bw);
   }
   result["decode"] = decode;
+  save();
 
   if (o.compare_activations) {
     // The same weights and caches under the other activation dtype: what BF16 activations
@@ -344,6 +358,19 @@ int Main(int argc, char** argv) {
                                           {"decode", rows}};
   }
 
+  absl::StatusOr<Json> quantized = RunQuantizedGemvBench(be, o.iters, copy_bw);
+  if (!quantized.ok()) Die(std::string(quantized.status().message()));
+  result["quantized_gemv"] = *std::move(quantized);
+  result["hbm_peak_bytes_per_s"] = HbmPeakBytesPerSecond(o.device);
+  if (o.prefill > 0) {
+    absl::StatusOr<Json> prefill = RunQuantizedPrefillBench(be, o.prefill, o.iters, gemm_rate);
+    if (!prefill.ok()) Die(std::string(prefill.status().message()));
+    result["quantized_prefill"] = *std::move(prefill);
+  }
+
+  // The new attention kernels last (issue 33: not yet run on a GPU when written), each
+  // section saved as it ends: a kernel that faults leaves the figures before it.
+  save();
   if (o.prefill > 0) {
     absl::StatusOr<StepTiming> t = (*model)->Time(1, o.prefill, o.prefill, 1, o.iters);
     if (!t.ok()) Die(std::string(t.status().message()));
@@ -351,6 +378,11 @@ int Main(int argc, char** argv) {
     const double lm_params = static_cast<double>(shape.vocab) * shape.hidden;
     const double layer_params = static_cast<double>(shape.LayerMatmulParams()) - lm_params;
     const double gemm_flop = 2.0 * o.prefill * layer_params + 2.0 * lm_params;
+    // The kernel PagedAttention took (the step plans its prefill as the worker does).
+    const char* attention_kernel = shape.kv_dtype == DType::kF32 ? "FP32 SIMT kernel, F32 cache"
+                                   : be.sm90_prefill_available() && o.activations == DType::kBF16
+                                       ? "FlashInfer sm_90 kernel, BF16 cache"
+                                       : "tensor-core kernel, BF16 cache";
     // QK^T and PV over the causal triangle.
     const double attn_flop = 4.0 * shape.head_dim * shape.q_heads * shape.layers *
                              (static_cast<double>(o.prefill) * (o.prefill + 1) / 2.0);
@@ -365,17 +397,17 @@ int Main(int argc, char** argv) {
                          {"flop_per_s", (gemm_flop + attn_flop) / (t->step_ms * 1e-3)},
                          {"gemm_flop_per_s", gemm_rate_step},
                          {"gemm_fraction_of_gemm_rate", gemm_rate_step / gemm_rate},
-                         {"attention_flop_per_s", attn_flop / (t->attention_ms * 1e-3)}};
+                         {"attention_flop_per_s", attn_flop / (t->attention_ms * 1e-3)},
+                         {"attention_kernel", attention_kernel}};
     std::printf("\nprefill %d tokens: step %.1f ms (%.0f tokens/s, %.1f TFLOP/s overall)\n",
                 o.prefill, t->step_ms, o.prefill / (t->step_ms * 1e-3),
                 (gemm_flop + attn_flop) / (t->step_ms * 1e-3) / 1e12);
     std::printf("  GEMMs alone %.1f ms = %.1f TFLOP/s, %.1f%% of the measured GEMM rate\n",
                 t->gemm_only_ms, gemm_rate_step / 1e12, 100.0 * gemm_rate_step / gemm_rate);
     std::printf("  attention alone %.1f ms = %.1f TFLOP/s (%s)\n", t->attention_ms,
-                attn_flop / (t->attention_ms * 1e-3) / 1e12,
-                shape.kv_dtype == DType::kF32 ? "FP32 SIMT kernel, F32 cache"
-                                              : "tensor-core kernel, BF16 cache");
+                attn_flop / (t->attention_ms * 1e-3) / 1e12, attention_kernel);
   }
+  save();
   model->reset();
 
   if (o.attention) {
@@ -386,27 +418,8 @@ int Main(int argc, char** argv) {
     result["attention"] = *std::move(sweep);
   }
 
-  absl::StatusOr<Json> quantized = RunQuantizedGemvBench(be, o.iters, copy_bw);
-  if (!quantized.ok()) Die(std::string(quantized.status().message()));
-  result["quantized_gemv"] = *std::move(quantized);
-  result["hbm_peak_bytes_per_s"] = HbmPeakBytesPerSecond(o.device);
-  if (o.prefill > 0) {
-    absl::StatusOr<Json> prefill = RunQuantizedPrefillBench(be, o.prefill, o.iters, gemm_rate);
-    if (!prefill.ok()) Die(std::string(prefill.status().message()));
-    result["quantized_prefill"] = *std::move(prefill);
-  }
-
-  if (!o.out.empty()) {
-    const std::filesystem::path path(o.out);
-    if (path.has_parent_path()) {
-      std::error_code ec;
-      std::filesystem::create_directories(path.parent_path(), ec);
-    }
-    std::ofstream file(path);
-    file << result.dump(2) << "\n";
-    if (!file) Die("could not write " + o.out);
-    std::printf("\nresults written to %s\n", o.out.c_str());
-  }
+  save();
+  if (!o.out.empty()) std::printf("\nresults written to %s\n", o.out.c_str());
   return 0;
 }
 

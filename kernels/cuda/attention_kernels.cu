@@ -493,6 +493,11 @@ bool LaunchSplitV2For(const AttentionArgs& args, int num_tokens, int num_partiti
 
 }  // namespace
 
+bool SplitV1Supported(const KvCacheShape& shape) {
+  return (shape.head_dim == 64 || shape.head_dim == 128) &&
+         (shape.dtype == DType::kBF16 || shape.dtype == DType::kF8E4M3);
+}
+
 bool AttentionHeadDimSupported(int head_dim) {
   return head_dim == 8 || head_dim == 16 || head_dim == 32 || head_dim == 64 || head_dim == 128;
 }

@@ -90,6 +90,11 @@ absl::StatusOr<std::unique_ptr<CudaBackend>> CudaBackend::Create(int device,
       kind != nullptr && std::string_view(kind) == "tc") {
     backend->prefill_attention_ = PrefillAttention::kTensorCore;
   }
+  // The split-K kernel before the planner, for A/B runs (where it is compiled).
+  if (const char* kind = std::getenv("TESSERA_CUDA_DECODE_ATTENTION");
+      kind != nullptr && std::string_view(kind) == "v1") {
+    backend->decode_v1_ = true;
+  }
   return backend;
 }
 
@@ -498,8 +503,11 @@ void CudaBackend::PagedAttention(const void* q, int q_stride, const AttentionBat
     decode.num_seqs = decode_seqs;
     decode.num_tokens = decode_seqs;
     // The split-KV plan depends on the batch shape and the SM count only (graph-stable).
+    const gpu::SplitKernelVersion version =
+        decode_v1_ && gpu::SplitV1Supported(shape) ? gpu::SplitKernelVersion::kV1
+                                                    : gpu::SplitKernelVersion::kV2;
     const size_t bytes =
-        gpu::AttentionSplitWorkspaceBytes(decode, shape, num_q_heads, 0, num_sms_);
+        gpu::AttentionSplitWorkspaceBytes(decode, shape, num_q_heads, 0, num_sms_, version);
     void* workspace = nullptr;
     if (bytes > 0) {
       workspace = Ensure(attention_, bytes, "attention partials");
@@ -507,7 +515,7 @@ void CudaBackend::PagedAttention(const void* q, int q_stride, const AttentionBat
     }
     if (!gpu::LaunchPagedAttentionSplit(q, q_stride, decode, k_cache, v_cache, shape,
                                         num_q_heads, scale, 0, workspace, bytes, out, stream_,
-                                        &error, act, num_sms_)) {
+                                        &error, act, num_sms_, version)) {
       RecordLaunch(false, error);
       return;
     }

@@ -163,8 +163,10 @@ class CudaBackend final : public Backend {
   int gemv_max_rows() const { return gemv_max_rows_; }
   bool fp8_tensor_cores() const { return fp8_tensor_cores_; }
   // Which kernel prefill attention may use (for the benchmark's side-by-side runs and for
-  // A/B checks; TESSERA_CUDA_PREFILL_ATTENTION=tc|sm90|auto sets it at creation). kAuto:
-  // the sm_90 kernel where it is built and the device is Hopper, else the tensor-core one.
+  // A/B checks; TESSERA_CUDA_PREFILL_ATTENTION=tc at creation forces the tensor-core one).
+  // kAuto: the sm_90 kernel where it is built and the device is Hopper, else the tensor-core
+  // one. Decode likewise: TESSERA_CUDA_DECODE_ATTENTION=v1 keeps the split-K kernel from
+  // before the planner where it is compiled (gpu::SplitV1Supported).
   enum class PrefillAttention { kAuto, kTensorCore };
   void set_prefill_attention(PrefillAttention kind) { prefill_attention_ = kind; }
   // Whether PlanAttention would plan for the sm_90 kernel on this device and build.
@@ -247,6 +249,7 @@ class CudaBackend final : public Backend {
   int num_sms_ = 0;  // Multiprocessors: the persistent sm_90 kernel's CTAs.
   bool hopper_ = false;  // Compute capability 9.0 (WGMMA).
   PrefillAttention prefill_attention_ = PrefillAttention::kAuto;
+  bool decode_v1_ = false;  // TESSERA_CUDA_DECODE_ATTENTION=v1.
   int64_t sm90_prefill_launches_ = 0;
   // One MoE layer's uploaded expert pointers, with the views they came from (a call whose
   // views differ, say after a reload at the same address, uploads again).

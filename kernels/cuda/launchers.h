@@ -196,6 +196,8 @@ bool AttentionHeadDimSupported(int head_dim);
 // P = ceil(max_blocks_per_seq * block_size / partition_size). sm_count <= 0: the planner's
 // default (kDecodeDefaultSmCount); kV1 ignores it.
 enum class SplitKernelVersion { kV1, kV2 };
+// Whether kV1 is compiled for this cache: BF16 or FP8 at head_dim 64 or 128.
+bool SplitV1Supported(const KvCacheShape& shape);
 size_t AttentionSplitWorkspaceBytes(const AttentionBatch& batch, const KvCacheShape& shape,
                                     int num_q_heads, int partition_size, int sm_count = 0,
                                     SplitKernelVersion version = SplitKernelVersion::kV2);

@@ -117,8 +117,7 @@ std::pair<std::vector<uint8_t>, std::vector<uint8_t>> CacheBytes(Backend& cpu, c
 
 // Where the previous split-K kernel is still compiled (launchers.h, SplitKernelVersion).
 bool SplitV1Kept(const KvCacheShape& shape, gpu::SplitKernelVersion version) {
-  return version == gpu::SplitKernelVersion::kV2 ||
-         ((shape.head_dim == 64 || shape.head_dim == 128) && shape.dtype != DType::kF32);
+  return version == gpu::SplitKernelVersion::kV2 || gpu::SplitV1Supported(shape);
 }
 
 AttentionBatch HostBatch(const Problem& p) {

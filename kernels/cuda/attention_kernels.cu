@@ -427,68 +427,64 @@ int64_t SplitPartitions(const AttentionBatch& batch, const KvCacheShape& shape, 
   return PickNumPartitions(batch, shape, num_q_heads, partition_size, sm_count);
 }
 
-// Where SplitKernelVersion::kV1 exists (launchers.h).
+// Where SplitKernelVersion::kV1 exists (launchers.h); SplitV1Supported says the same at
+// run time.
 template <int D, class Cache>
 constexpr bool SplitV1Instantiated() {
   return (D == 64 || D == 128) && !std::is_same_v<Cache, F32Cache>;
+}
+
+// What both split-K versions share: the partials' place in the workspace, the grid, the
+// choice of G (query heads per block) and the reduction. `kernel(G, grid, part_max,
+// part_sum, part_acc)` launches the version's kernel, G as an integral_constant.
+template <int D, class LaunchKernel>
+bool LaunchSplitWith(const AttentionArgs& args, int num_tokens, int num_partitions,
+                     float* workspace, cudaStream_t stream, std::string* error,
+                     LaunchKernel kernel) {
+  const int64_t rows = static_cast<int64_t>(num_tokens) * args.num_q_heads;
+  float* part_max = workspace;
+  float* part_sum = part_max + rows * num_partitions;
+  float* part_acc = part_sum + rows * num_partitions;
+  const int heads_per_block = DecodeHeadsPerBlock(args.num_q_heads, args.num_kv_heads);
+  const dim3 grid(num_tokens, args.num_q_heads / heads_per_block, num_partitions);
+  switch (heads_per_block) {
+    case 8: kernel(std::integral_constant<int, 8>{}, grid, part_max, part_sum, part_acc); break;
+    case 4: kernel(std::integral_constant<int, 4>{}, grid, part_max, part_sum, part_acc); break;
+    case 2: kernel(std::integral_constant<int, 2>{}, grid, part_max, part_sum, part_acc); break;
+    default: kernel(std::integral_constant<int, 1>{}, grid, part_max, part_sum, part_acc); break;
+  }
+  if (!CheckLaunch("PagedAttentionSplit", error)) return false;
+  if (num_partitions > 1) {
+    AttentionSplitReduceKernel<D><<<dim3(num_tokens, args.num_q_heads), D, 0, stream>>>(
+        args.num_q_heads, num_partitions, part_max, part_sum, part_acc, args.out, args.bf16);
+    return CheckLaunch("PagedAttentionSplitReduce", error);
+  }
+  return true;
 }
 
 template <int D, class Cache>
 bool LaunchSplitFor(const AttentionArgs& args, int num_tokens, int partition_size,
                     int num_partitions, float* workspace, cudaStream_t stream,
                     std::string* error) {
-  const int64_t rows = static_cast<int64_t>(num_tokens) * args.num_q_heads;
-  float* part_max = workspace;
-  float* part_sum = part_max + rows * num_partitions;
-  float* part_acc = part_sum + rows * num_partitions;
-  const int heads_per_block = DecodeHeadsPerBlock(args.num_q_heads, args.num_kv_heads);
-  const dim3 grid(num_tokens, args.num_q_heads / heads_per_block, num_partitions);
-  auto launch = [&](auto heads) {
-    AttentionSplitKernel<D, decltype(heads)::value, Cache><<<grid, kSplitThreads, 0, stream>>>(
-        args, partition_size, num_partitions, part_max, part_sum, part_acc);
-  };
-  switch (heads_per_block) {
-    case 8: launch(std::integral_constant<int, 8>{}); break;
-    case 4: launch(std::integral_constant<int, 4>{}); break;
-    case 2: launch(std::integral_constant<int, 2>{}); break;
-    default: launch(std::integral_constant<int, 1>{}); break;
-  }
-  if (!CheckLaunch("PagedAttentionSplit", error)) return false;
-  if (num_partitions > 1) {
-    AttentionSplitReduceKernel<D><<<dim3(num_tokens, args.num_q_heads), D, 0, stream>>>(
-        args.num_q_heads, num_partitions, part_max, part_sum, part_acc, args.out, args.bf16);
-    return CheckLaunch("PagedAttentionSplitReduce", error);
-  }
-  return true;
+  return LaunchSplitWith<D>(
+      args, num_tokens, num_partitions, workspace, stream, error,
+      [&](auto heads, dim3 grid, float* part_max, float* part_sum, float* part_acc) {
+        AttentionSplitKernel<D, decltype(heads)::value, Cache>
+            <<<grid, kSplitThreads, 0, stream>>>(args, partition_size, num_partitions, part_max,
+                                                 part_sum, part_acc);
+      });
 }
 
 template <int D, class Cache>
 bool LaunchSplitV2For(const AttentionArgs& args, int num_tokens, int num_partitions,
                       float* workspace, cudaStream_t stream, std::string* error) {
-  const int64_t rows = static_cast<int64_t>(num_tokens) * args.num_q_heads;
-  float* part_max = workspace;
-  float* part_sum = part_max + rows * num_partitions;
-  float* part_acc = part_sum + rows * num_partitions;
-  const int heads_per_block = DecodeHeadsPerBlock(args.num_q_heads, args.num_kv_heads);
-  const dim3 grid(num_tokens, args.num_q_heads / heads_per_block, num_partitions);
-  auto launch = [&](auto heads) {
-    AttentionSplitKernelV2<D, decltype(heads)::value, Cache>
-        <<<grid, kSplitThreads, 0, stream>>>(args, num_partitions, part_max, part_sum,
-                                             part_acc);
-  };
-  switch (heads_per_block) {
-    case 8: launch(std::integral_constant<int, 8>{}); break;
-    case 4: launch(std::integral_constant<int, 4>{}); break;
-    case 2: launch(std::integral_constant<int, 2>{}); break;
-    default: launch(std::integral_constant<int, 1>{}); break;
-  }
-  if (!CheckLaunch("PagedAttentionSplit", error)) return false;
-  if (num_partitions > 1) {
-    AttentionSplitReduceKernel<D><<<dim3(num_tokens, args.num_q_heads), D, 0, stream>>>(
-        args.num_q_heads, num_partitions, part_max, part_sum, part_acc, args.out, args.bf16);
-    return CheckLaunch("PagedAttentionSplitReduce", error);
-  }
-  return true;
+  return LaunchSplitWith<D>(
+      args, num_tokens, num_partitions, workspace, stream, error,
+      [&](auto heads, dim3 grid, float* part_max, float* part_sum, float* part_acc) {
+        AttentionSplitKernelV2<D, decltype(heads)::value, Cache>
+            <<<grid, kSplitThreads, 0, stream>>>(args, num_partitions, part_max, part_sum,
+                                                 part_acc);
+      });
 }
 
 }  // namespace

@@ -132,6 +132,18 @@ AttentionBatch HostBatch(const Problem& p) {
   return b;
 }
 
+// The CPU backend's attention over `p` with the given cache bytes: what every kernel is
+// compared with.
+std::vector<float> CpuAttention(Backend& cpu, const Problem& p, const std::vector<uint8_t>& k_cache,
+                                const std::vector<uint8_t>& v_cache, int window, float scale) {
+  std::vector<float> out(static_cast<size_t>(p.num_tokens) * p.q_heads * p.shape.head_dim);
+  AttentionBatch batch = HostBatch(p);
+  batch.sliding_window = window;
+  cpu.PagedAttention(p.q.data(), p.q_stride, batch, k_cache.data(), v_cache.data(), p.shape,
+                     p.q_heads, scale, out.data());
+  return out;
+}
+
 // Device copies of a Problem.
 struct DeviceProblem {
   explicit DeviceProblem(const Problem& p)
@@ -356,11 +368,8 @@ TEST_F(CudaAttentionTest, TensorCorePrefillMatchesCpuAtBf16Precision) {
             p.shape.dtype = dtype;
             const auto [k_cache, v_cache] = CacheBytes(*cpu_, p);
             const float scale = 1.0f / std::sqrt(static_cast<float>(head_dim));
-            std::vector<float> expected(static_cast<size_t>(p.num_tokens) * q_heads * head_dim);
-            AttentionBatch host_batch = HostBatch(p);
-            host_batch.sliding_window = window;
-            cpu_->PagedAttention(p.q.data(), p.q_stride, host_batch, k_cache.data(),
-                                 v_cache.data(), p.shape, q_heads, scale, expected.data());
+            const std::vector<float> expected =
+                CpuAttention(*cpu_, p, k_cache, v_cache, window, scale);
             DeviceProblem d(p);
             d.batch.sliding_window = window;
             DeviceArray<uint8_t> d_kc(k_cache), d_vc(v_cache);
@@ -413,12 +422,8 @@ TEST_F(CudaAttentionTest, SplitKvPlanOnLongAndMixedDecodeBatches) {
               p.shape.dtype = dtype;
               const auto [k_cache, v_cache] = CacheBytes(*cpu_, p);
               const float scale = 1.0f / std::sqrt(static_cast<float>(head_dim));
-              std::vector<float> expected(static_cast<size_t>(p.num_tokens) * q_heads *
-                                          head_dim);
-              AttentionBatch host_batch = HostBatch(p);
-              host_batch.sliding_window = window;
-              cpu_->PagedAttention(p.q.data(), p.q_stride, host_batch, k_cache.data(),
-                                   v_cache.data(), p.shape, q_heads, scale, expected.data());
+              const std::vector<float> expected =
+                  CpuAttention(*cpu_, p, k_cache, v_cache, window, scale);
 
               DeviceProblem d(p);
               d.batch.sliding_window = window;

@@ -36,19 +36,50 @@ struct SplitLayout {
   static_assert(kPerThread % 4 == 0, "float4 loads");
 };
 
-// Query heads one split-K block serves: DecodeHeadsPerBlock (kernels/cuda/decode_plan.h),
-// the largest of 8, 4, 2, 1 dividing the GQA group, so a block never spans two KV heads.
+// The start of both split-K kernels: this thread's kElems dims (from d0) of the G heads'
+// queries, pre-scaled, and empty softmax states.
+template <int D, int G, int kElems>
+__device__ __forceinline__ void LoadQueries(const AttentionArgs& a, int token, int head0,
+                                            int d0, float (&qv)[G][kElems],
+                                            float (&acc)[G][kElems], float (&m)[G],
+                                            float (&l)[G]) {
+#pragma unroll
+  for (int g = 0; g < G; ++g) {
+    const int64_t q_row = static_cast<int64_t>(token) * a.q_stride + (head0 + g) * D + d0;
+#pragma unroll
+    for (int i = 0; i < kElems; ++i) {
+      qv[g][i] = LoadAct(a.q, q_row + i, a.bf16) * a.scale;
+      acc[g][i] = 0.0f;
+    }
+    m[g] = -INFINITY;
+    l[g] = 0.0f;
+  }
+}
 
-// The end of both split-K kernels: merges the softmax states the block's kGroups groups
-// left in shared memory, one thread per (head, dim), and writes the output row (one
-// partition) or the partition's partials for AttentionSplitReduceKernel.
-template <int D, int G, int kGroups>
-__device__ __forceinline__ void MergeGroups(const float (&s_max)[kGroups][G],
-                                            const float (&s_sum)[kGroups][G],
-                                            const float (&s_acc)[kGroups][G][D],
+// The end of both split-K kernels: each of the block's kGroups groups of kGroup threads
+// left a softmax state per head (m, l, and acc over its threads' kElems dims from d0);
+// they are staged in shared memory and merged, one thread per (head, dim), into the
+// output row (one partition) or the partition's partials for AttentionSplitReduceKernel.
+template <int D, int G, int kGroups, int kGroup, int kElems>
+__device__ __forceinline__ void MergeGroups(const float (&m)[G], const float (&l)[G],
+                                            const float (&acc)[G][kElems], int group, int d0,
                                             const AttentionArgs& a, int token, int head0,
                                             int part, int num_partitions, float* part_max,
                                             float* part_sum, float* part_acc) {
+  __shared__ float s_max[kGroups][G];
+  __shared__ float s_sum[kGroups][G];
+  __shared__ float s_acc[kGroups][G][D];
+#pragma unroll
+  for (int g = 0; g < G; ++g) {
+    if (threadIdx.x % kGroup == 0) {
+      s_max[group][g] = m[g];
+      s_sum[group][g] = l[g];
+    }
+#pragma unroll
+    for (int i = 0; i < kElems; ++i) s_acc[group][g][d0 + i] = acc[g][i];
+  }
+  __syncthreads();
+
   for (int e = threadIdx.x; e < G * D; e += kSplitThreads) {
     const int g = e / D;
     const int d = e % D;
@@ -103,15 +134,7 @@ __global__ void __launch_bounds__(kSplitThreads)
   float m[G];
   float l[G];
   float acc[G][L::kPerThread];
-  for (int g = 0; g < G; ++g) {
-    const int64_t q_row = static_cast<int64_t>(token) * a.q_stride + (head0 + g) * D + d0;
-    for (int i = 0; i < L::kPerThread; ++i) {
-      qv[g][i] = LoadAct(a.q, q_row + i, a.bf16) * a.scale;
-      acc[g][i] = 0.0f;
-    }
-    m[g] = -INFINITY;
-    l[g] = 0.0f;
-  }
+  LoadQueries<D>(a, token, head0, d0, qv, acc, m, l);
 
   // Every thread runs the same number of iterations so the group shuffles stay converged.
   for (int k0 = begin; k0 < end; k0 += L::kGroups) {
@@ -162,20 +185,8 @@ __global__ void __launch_bounds__(kSplitThreads)
     }
   }
 
-  __shared__ float s_max[L::kGroups][G];
-  __shared__ float s_sum[L::kGroups][G];
-  __shared__ float s_acc[L::kGroups][G][D];
-  for (int g = 0; g < G; ++g) {
-    if (threadIdx.x % L::kGroup == 0) {
-      s_max[group][g] = m[g];
-      s_sum[group][g] = l[g];
-    }
-    for (int i = 0; i < L::kPerThread; ++i) s_acc[group][g][d0 + i] = acc[g][i];
-  }
-  __syncthreads();
-
-  MergeGroups<D, G, L::kGroups>(s_max, s_sum, s_acc, a, token, head0, part, num_partitions,
-                                 part_max, part_sum, part_acc);
+  MergeGroups<D, G, L::kGroups, L::kGroup, L::kPerThread>(
+      m, l, acc, group, d0, a, token, head0, part, num_partitions, part_max, part_sum, part_acc);
 }
 
 // ---------------------------------------------------------------------------------------
@@ -234,17 +245,7 @@ __global__ void __launch_bounds__(kSplitThreads)
   float acc[G][L::kElems];
   float m[G];
   float l[G];
-#pragma unroll
-  for (int g = 0; g < G; ++g) {
-    const int64_t q_row = static_cast<int64_t>(token) * a.q_stride + (head0 + g) * D + d0;
-#pragma unroll
-    for (int i = 0; i < L::kElems; ++i) {
-      qv[g][i] = LoadAct(a.q, q_row + i, a.bf16) * a.scale;
-      acc[g][i] = 0.0f;
-    }
-    m[g] = -INFINITY;
-    l[g] = 0.0f;
-  }
+  LoadQueries<D>(a, token, head0, d0, qv, acc, m, l);
 
   // begin and end are block-uniform, so every thread runs the same iterations and the
   // group shuffles stay converged. Key j of group `group` in an iteration is
@@ -337,22 +338,8 @@ __global__ void __launch_bounds__(kSplitThreads)
   }
 
   // Merge the groups' softmax states (at most 128 * G * kElems floats = 32 KiB).
-  __shared__ float s_max[L::kGroups][G];
-  __shared__ float s_sum[L::kGroups][G];
-  __shared__ float s_acc[L::kGroups][G][D];
-#pragma unroll
-  for (int g = 0; g < G; ++g) {
-    if (threadIdx.x % L::kGroup == 0) {
-      s_max[group][g] = m[g];
-      s_sum[group][g] = l[g];
-    }
-#pragma unroll
-    for (int i = 0; i < L::kElems; ++i) s_acc[group][g][d0 + i] = acc[g][i];
-  }
-  __syncthreads();
-
-  MergeGroups<D, G, L::kGroups>(s_max, s_sum, s_acc, a, token, head0, part, num_partitions,
-                                 part_max, part_sum, part_acc);
+  MergeGroups<D, G, L::kGroups, L::kGroup, L::kElems>(
+      m, l, acc, group, d0, a, token, head0, part, num_partitions, part_max, part_sum, part_acc);
 }
 
 // Merges the partitions of one (token, head), for both versions: one thread per dim.

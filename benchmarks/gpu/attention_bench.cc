@@ -16,6 +16,7 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
+#include "benchmarks/gpu/event_timer.h"
 #include "benchmarks/gpu/fill_random.h"
 #include "kernels/cuda/launchers.h"
 #ifdef TESSERA_HAVE_CUDNN_ATTENTION
@@ -143,25 +144,18 @@ absl::StatusOr<Problem> MakeProblem(CudaBackend& be, int batch, int new_tokens, 
   return p;
 }
 
-// Milliseconds per call, after one warm-up call; the backend's first error fails the point.
+// Milliseconds per call, after one warm-up call; the candidate's (or the backend's) first
+// error fails the point, and no call runs after it.
 template <typename F>
 absl::StatusOr<double> TimeMs(CudaBackend& be, int iters, F body) {
-  if (absl::Status s = body(); !s.ok()) return s;
-  cudaEvent_t start, stop;
-  cudaEventCreate(&start);
-  cudaEventCreate(&stop);
-  cudaEventRecord(start, be.stream());
-  for (int i = 0; i < iters; ++i) {
-    if (absl::Status s = body(); !s.ok()) return s;
-  }
-  cudaEventRecord(stop, be.stream());
-  cudaEventSynchronize(stop);
-  float ms = 0;
-  cudaEventElapsedTime(&ms, start, stop);
-  cudaEventDestroy(start);
-  cudaEventDestroy(stop);
+  absl::Status first;
+  absl::StatusOr<double> ms = EventTimeMs(be.stream(), 1, iters, [&] {
+    if (first.ok()) first = body();
+  });
+  if (!first.ok()) return first;
+  if (!ms.ok()) return ms.status();
   if (!be.status().ok()) return be.status();
-  return static_cast<double>(ms) / iters;
+  return *ms;
 }
 
 std::vector<float> OutputOf(CudaBackend& be, const Problem& p) {

@@ -17,6 +17,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_split.h"
 #include "benchmarks/gpu/attention_bench.h"
+#include "benchmarks/gpu/event_timer.h"
 #include "benchmarks/gpu/fill_random.h"
 #include "benchmarks/gpu/llama_step.h"
 #include "benchmarks/gpu/quantized_gemv_bench.h"
@@ -167,19 +168,9 @@ Options ParseArgs(int argc, char** argv) {
 // Milliseconds per call of `body` (enqueued on `stream`), after one warm-up call.
 template <typename F>
 double TimeMs(cudaStream_t stream, int iters, F body) {
-  body();
-  cudaEvent_t start, stop;
-  Check(cudaEventCreate(&start), "cudaEventCreate");
-  Check(cudaEventCreate(&stop), "cudaEventCreate");
-  Check(cudaEventRecord(start, stream), "cudaEventRecord");
-  for (int i = 0; i < iters; ++i) body();
-  Check(cudaEventRecord(stop, stream), "cudaEventRecord");
-  Check(cudaEventSynchronize(stop), "cudaEventSynchronize");
-  float ms = 0;
-  cudaEventElapsedTime(&ms, start, stop);
-  cudaEventDestroy(start);
-  cudaEventDestroy(stop);
-  return static_cast<double>(ms) / iters;
+  absl::StatusOr<double> ms = EventTimeMs(stream, 1, iters, body);
+  if (!ms.ok()) Die(std::string(ms.status().message()));
+  return *ms;
 }
 
 // Device-to-device copy: bytes read + written per second.

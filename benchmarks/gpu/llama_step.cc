@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "benchmarks/gpu/event_timer.h"
 #include "benchmarks/gpu/fill_random.h"
 #include "common/dtype.h"
 #include "kernels/cuda/launchers.h"
@@ -287,25 +288,18 @@ absl::StatusOr<StepTiming> LlamaStepBench::Time(int batch, int context, int new_
     }
   }
 
-  cudaEvent_t start, stop;
-  cudaEventCreate(&start);
-  cudaEventCreate(&stop);
-  auto time_part = [&](Part part) {
-    for (int i = 0; i < warmup; ++i) RunStep(b, part);
-    cudaEventRecord(start, backend_->stream());
-    for (int i = 0; i < iters; ++i) RunStep(b, part);
-    cudaEventRecord(stop, backend_->stream());
-    cudaEventSynchronize(stop);
-    float ms = 0;
-    cudaEventElapsedTime(&ms, start, stop);
-    return static_cast<double>(ms) / iters;
-  };
   StepTiming timing;
-  timing.step_ms = time_part(Part::kAll);
-  timing.gemm_only_ms = time_part(Part::kGemms);
-  timing.attention_ms = time_part(Part::kAttention);
-  cudaEventDestroy(start);
-  cudaEventDestroy(stop);
+  for (auto [part, ms] : {std::pair{Part::kAll, &timing.step_ms},
+                          std::pair{Part::kGemms, &timing.gemm_only_ms},
+                          std::pair{Part::kAttention, &timing.attention_ms}}) {
+    absl::StatusOr<double> t =
+        EventTimeMs(backend_->stream(), warmup, iters, [&] { RunStep(b, part); });
+    if (!t.ok()) {
+      release();
+      return t.status();
+    }
+    *ms = *t;
+  }
   release();
   if (!backend_->status().ok()) return backend_->status();
   return timing;

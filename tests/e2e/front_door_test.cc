@@ -4,7 +4,9 @@
 // bound or pin unbounded threads, unparseable bytes get INVALID_ARGUMENT, and Tokenize
 // and logprobs say exactly what they return. Real processes on 127.0.0.1, stories260K.
 
+#include <algorithm>
 #include <chrono>
+#include <cstdint>
 #include <fstream>
 #include <iterator>
 #include <map>
@@ -119,22 +121,27 @@ TEST(FrontDoorTest, ExpiredUnaryGenerateStopsWithinAStepAndFreesItsBlocks) {
   ASSERT_EQ(full.response.token_ids_size(), 500);
   const double full_seconds = full.response.timings().total_seconds();
 
-  const UnaryResult cut = RunUnary(cluster->api(), LongGreedy("deadline-50ms", 500), milliseconds(50));
+  // A quarter of the full run, so the call surely reaches the engine even on a loaded
+  // machine (a 50 ms deadline could pass before the request was sent under ASan), and
+  // still ends it long before its 500 tokens.
+  const milliseconds deadline(std::max<int64_t>(100, static_cast<int64_t>(full_seconds * 1000 / 4)));
+  const UnaryResult cut = RunUnary(cluster->api(), LongGreedy("deadline-cut", 500), deadline);
   EXPECT_EQ(cut.status.error_code(), grpc::StatusCode::DEADLINE_EXCEEDED) << cut.status.error_message();
   std::map<std::string, std::string> line;
-  ASSERT_TRUE(WaitFor([&] { return !(line = FinishedLine(*cluster, "deadline-50ms")).empty(); }, seconds(5)))
+  ASSERT_TRUE(WaitFor([&] { return !(line = FinishedLine(*cluster, "deadline-cut")).empty(); }, seconds(5)))
+      << "deadline " << deadline.count() << " ms\n"
       << cluster->Logs();
   EXPECT_EQ(line["finish_reason"], "cancelled");
   int tokens = 0;
   double duration = 0;
   ASSERT_TRUE(absl::SimpleAtoi(line["generation_tokens"], &tokens));
   ASSERT_TRUE(absl::SimpleAtod(line["duration_seconds"], &duration));
-  std::printf("500 tokens uncut: %.3f s; 50 ms deadline: ended after %d tokens, %.3f s\n", full_seconds, tokens,
-              duration);
+  std::printf("500 tokens uncut: %.3f s; %lld ms deadline: ended after %d tokens, %.3f s\n", full_seconds,
+              static_cast<long long>(deadline.count()), tokens, duration);
   EXPECT_LT(tokens, 500);
   // One step past the deadline (plus the poll of a handler waiting for no token).
   const double step_seconds = full_seconds / 500;
-  EXPECT_LT(duration, 0.050 + 0.020 + 5 * step_seconds + 0.050) << "full run " << full_seconds << " s";
+  EXPECT_LT(duration, deadline.count() / 1000.0 + 0.020 + 5 * step_seconds + 0.050) << "full run " << full_seconds << " s";
   EXPECT_TRUE(WaitFor([&] { return Idle(*cluster); }, seconds(2))) << "KV blocks not freed";
 
   // The probe's load: many calls on short deadlines; none keeps running afterwards.
@@ -432,7 +439,9 @@ TEST(FrontDoorTest, LogprobsReportTheRawModelDistribution) {
   EXPECT_LE(mass, 1.0 + 1e-5);
   // The sampled token's logprob is its raw one too.
   for (int i = 0; i < 20; ++i) {
-    if (lb.top(i).token_id() == lb.token_id()) EXPECT_FLOAT_EQ(lb.logprob(), lb.top(i).logprob());
+    if (lb.top(i).token_id() == lb.token_id()) {
+      EXPECT_FLOAT_EQ(lb.logprob(), lb.top(i).logprob());
+    }
   }
   EXPECT_FLOAT_EQ(la.logprob(), la.top(0).logprob()) << "greedy picks the most likely token";
 }

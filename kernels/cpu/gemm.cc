@@ -156,6 +156,8 @@ void GemmAtLevel(SimdLevel level, const float* x, int64_t m, const MatrixView& w
   // Chunked sets keep a W micro-tile in L1 while x's rows pass over it; whole-K sets the
   // other way round (see kNBlockTilesWholeK).
   const bool x_panel_outer = !ks.chunk_k;
+  const int64_t nr = ks.stream_rows_alone && m <= ks.mr ? 1 : ks.nr;
+  const int64_t w_row_bytes = k * static_cast<int64_t>(elem);
   auto run_tiles = [&](int64_t tile_begin, int64_t tile_end) {
     for (int64_t tile = tile_begin; tile < tile_end; ++tile) {
       // Row block outermost, so threads running at once share the same rows of x.
@@ -163,10 +165,31 @@ void GemmAtLevel(SimdLevel level, const float* x, int64_t m, const MatrixView& w
       const int64_t m_end = std::min(m, m_begin + m_block);
       const int64_t n_begin = (tile % n_tiles) * n_block;
       const int64_t n_end = std::min(n, n_begin + n_block);
+      // Where the tile's W rows serve several row micro-tiles of x, the first of them is
+      // bound by reading those rows from memory while the others find them in L2. So the
+      // next tile's rows (contiguous: W is row-major) are prefetched into L2 a slice per
+      // micro-tile call. Measured on Zen 4, 2 threads, BF16: the 32-row lm_head of Qwen3
+      // 338 -> 363 GFLOP/s, a 1024-row prefill GEMM 366 -> 392, a prefill's experts
+      // 297 -> 320. A single pass over the rows (decode) streams better without it.
+      const char* prefetch = nullptr;
+      const char* prefetch_end = nullptr;
+      int64_t prefetch_step = 0;
+      if (tile + 1 < tile_end && m_end - m_begin > ks.mr) {
+        const int64_t next_n = ((tile + 1) % n_tiles) * n_block;
+        prefetch = w_bytes + next_n * w_row_bytes;
+        prefetch_end = w_bytes + std::min(n, next_n + n_block) * w_row_bytes;
+        const int64_t calls = (m_end - m_begin + ks.mr - 1) / ks.mr * ((n_end - n_begin + nr - 1) / nr) *
+                              ((k + k_chunk - 1) / k_chunk);
+        prefetch_step = ((prefetch_end - prefetch) / calls + 63) / 64 * 64;
+      }
       for (int64_t k0 = 0; k0 < k; k0 += k_chunk) {
         const int64_t kc = std::min(k_chunk, k - k0);
         const bool accumulate = k0 > 0;
         auto micro_tile = [&](int64_t m0, int mr, int64_t n0, bool wide) {
+          for (const char* end = std::min(prefetch_end, prefetch + prefetch_step); prefetch < end;
+               prefetch += 64) {
+            __builtin_prefetch(prefetch, 0, /*locality=L2*/ 2);
+          }
           ks.fn[d][mr - 1][wide ? 0 : 1](x_bytes + static_cast<size_t>(m0 * ldx) * x_elem, ldx,
                                          w_bytes + static_cast<size_t>(n0 * k) * elem, k, k0,
                                          kc, y + m0 * n + n0, n, accumulate);
@@ -175,21 +198,21 @@ void GemmAtLevel(SimdLevel level, const float* x, int64_t m, const MatrixView& w
           for (int64_t m0 = m_begin; m0 < m_end;) {
             const int mr = static_cast<int>(std::min<int64_t>(ks.mr, m_end - m0));
             for (int64_t n0 = n_begin; n0 < n_end;) {
-              const bool wide = n_end - n0 >= ks.nr;
+              const bool wide = nr > 1 && n_end - n0 >= nr;
               micro_tile(m0, mr, n0, wide);
-              n0 += wide ? ks.nr : 1;
+              n0 += wide ? nr : 1;
             }
             m0 += mr;
           }
         } else {
           for (int64_t n0 = n_begin; n0 < n_end;) {
-            const bool wide = n_end - n0 >= ks.nr;
+            const bool wide = nr > 1 && n_end - n0 >= nr;
             for (int64_t m0 = m_begin; m0 < m_end;) {
               const int mr = static_cast<int>(std::min<int64_t>(ks.mr, m_end - m0));
               micro_tile(m0, mr, n0, wide);
               m0 += mr;
             }
-            n0 += wide ? ks.nr : 1;
+            n0 += wide ? nr : 1;
           }
         }
       }

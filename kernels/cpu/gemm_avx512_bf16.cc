@@ -117,34 +117,11 @@ void MicroKernel(const void* x_rows, int64_t ldx, const void* w_rows, int64_t ld
   }
 }
 
-// One row of x (batch-1 decode): the NR rows of W one after another, each a single
-// sequential stream, rather than NR interleaved ones. Measured on the 1B model's decode
-// GEMVs on Zen 4: about 10 % more bandwidth (30-33 against 26-30 GB/s, alternated in one
-// process), close to a plain read of memory.
-//
-// Each W row goes through MicroKernel<1, 1>, so every output is summed in the same order
-// as by the multi-row kernels (SumLanes reduces each input alike wherever it sits): a row
-// of x gets the same bits alone as among others. Speculative verification scores several
-// tokens of a sequence in one pass, and its greedy argmax must match what decoding them
-// one by one picks; two accumulators here used to flip near-ties of the 128k logits.
-template <int NR>
-void RowByRowKernel(const void* x_rows, int64_t ldx, const void* w_rows, int64_t ldw,
-                    int64_t k0, int64_t kc, float* y, int64_t ldy, bool accumulate) {
-  const auto* w = static_cast<const uint16_t*>(w_rows);
-  for (int j = 0; j < NR; ++j) {
-    MicroKernel<1, 1>(x_rows, ldx, w + j * ldw, ldw, k0, kc, y + j, ldy, accumulate);
-  }
-}
-
 template <int MR>
 void FillKernels(gemm_internal::KernelSet& set) {
   if constexpr (MR <= kMr) {
     constexpr int kBf16 = 2;  // The dtype index of BF16.
-    if constexpr (MR == 1) {
-      set.fn[kBf16][0][0] = &RowByRowKernel<kNr>;
-    } else {
-      set.fn[kBf16][MR - 1][0] = &MicroKernel<MR, kNr>;
-    }
+    set.fn[kBf16][MR - 1][0] = &MicroKernel<MR, kNr>;
     set.fn[kBf16][MR - 1][1] = &MicroKernel<MR, 1>;
     FillKernels<MR + 1>(set);
   }
@@ -160,6 +137,19 @@ gemm_internal::KernelSet MakeKernelSet() {
   // sums cost up to a fifth of the time; whole K, with x's rows held in L1 and the weights
   // coming from L2, ran 1.2-1.9x faster.
   set.chunk_k = false;
+  // Decode takes W a row at a time, each row one sequential stream rather than kNr
+  // interleaved ones. Measured on Zen 4: at one row of x about 10 % more bandwidth on the
+  // 1B model's GEMVs (30-33 against 26-30 GB/s, alternated in one process); at the 2-3 rows
+  // an expert gets in a 32-stream decode of Qwen3-30B-A3B, 98-131 against 135-152 ms for
+  // the step's experts, at 90-100 % of the memory read paired with each run against 72-90 %
+  // (alternated runs of tessera-roofline --batch 32: gemm_stream_rows_qwen3moe_b32.json).
+  //
+  // The bits do not change: each W row goes through MicroKernel<MR, 1>, which sums every
+  // output in the same order as the wide kernels (SumLanes reduces each input alike
+  // wherever it sits), so a row of x gets the same bits alone as among others. Speculative
+  // verification scores several tokens of a sequence in one pass, and its greedy argmax
+  // must match what decoding them one by one picks.
+  set.stream_rows_alone = true;
   FillKernels<1>(set);
   return set;
 }

@@ -25,6 +25,11 @@ struct KernelSet {
   // Whether the driver splits K into chunks (partial sums stored between them). A set whose
   // horizontal sums are costly relative to a chunk (BF16: 32 elements a step) runs whole K.
   bool chunk_k = true;
+  // Whether a product with a single micro-tile of x rows (m <= mr: decode) takes W one row
+  // at a time through the one-row kernels: each row is then one sequential stream instead
+  // of nr interleaved ones. A set whose sums do not depend on where a W row sits in its
+  // micro-tile gets the same bits either way.
+  bool stream_rows_alone = false;
   // [dtype index (F32, F16, BF16)][rows of x - 1][0: nr rows of W, 1: one row of W].
   // A null entry: the set has no kernel for that dtype.
   MicroKernelFn fn[3][kMaxMr][2] = {};

@@ -13,6 +13,7 @@
 #include "common/auth/api_keys.h"
 #include "common/auth/secret.h"
 #include "common/flag_set.h"
+#include "common/grpc_channel.h"
 #include "common/tls/cluster_credentials.h"
 #include "common/tls/cluster_security.h"
 #include "coordinator/tls/grpc_server_tls.h"
@@ -474,6 +475,7 @@ int main(int argc, char** argv) {
   const int bound_cluster_port = (*cluster_listener)->port();
   cluster_builder.AddChannelArgument(GRPC_ARG_SERVER_HANDSHAKE_TIMEOUT_MS,
                                      static_cast<int>(connection_limits.handshake_timeout_seconds * 1000));
+  tessera::AllowClusterKeepalive(cluster_builder);
   cluster_builder.RegisterService(cluster->get());
   auto cluster_server = cluster_builder.BuildAndStart();
   if (cluster_server == nullptr) {

@@ -5,6 +5,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
+#include "common/grpc_channel.h"
 #include "common/grpc_status.h"
 #include "common/status_macros.h"
 #include "coordinator/cluster/communicator_choice.h"
@@ -48,6 +49,8 @@ WorkerGroup::WorkerGroup(int replica, std::vector<std::string> addresses, GroupO
   // Fail fast on a dead worker instead of waiting for reconnection.
   args.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, 100);
   args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, 1000);
+  args.SetInt(GRPC_ARG_MIN_RECONNECT_BACKOFF_MS, kClusterConnectTimeoutMs);
+  SetClusterKeepalive(&args);
   if (!options_.worker_server_name.empty()) args.SetSslTargetNameOverride(options_.worker_server_name);
   const auto credentials = options_.worker_credentials != nullptr ? options_.worker_credentials
                                                                   : grpc::InsecureChannelCredentials();

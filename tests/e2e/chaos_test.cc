@@ -11,6 +11,7 @@
 #include <atomic>
 #include <chrono>
 #include <cstdlib>
+#include <functional>
 #include <ctime>
 #include <fstream>
 #include <map>
@@ -23,114 +24,20 @@
 #include "absl/strings/str_cat.h"
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
+#include "tests/e2e/load_clients.h"
 #include "tests/e2e/serving_util.h"
 
 namespace tessera::testing {
 namespace {
 
-using Clock = std::chrono::steady_clock;
+using Clock = LoadClock;
 
 constexpr int kTp = 2;
 constexpr int kReplicas = 2;
 constexpr int kClients = 4;
 constexpr int kKills = 24;
 constexpr auto kChaosBudget = std::chrono::seconds(100);  // Keeps the test near 2 minutes.
-constexpr auto kAttemptDeadline = std::chrono::seconds(10);
-constexpr auto kRequestBudget = std::chrono::seconds(60);  // A logical request's retries.
 constexpr auto kRecoveryBound = std::chrono::seconds(10);
-
-double Seconds(Clock::duration d) { return std::chrono::duration<double>(d).count(); }
-
-std::string StatusName(grpc::StatusCode code) {
-  static const std::map<int, std::string> names = {
-      {0, "OK"}, {1, "CANCELLED"}, {2, "UNKNOWN"}, {3, "INVALID_ARGUMENT"}, {4, "DEADLINE_EXCEEDED"},
-      {5, "NOT_FOUND"}, {8, "RESOURCE_EXHAUSTED"}, {9, "FAILED_PRECONDITION"}, {10, "ABORTED"},
-      {13, "INTERNAL"}, {14, "UNAVAILABLE"}};
-  auto it = names.find(static_cast<int>(code));
-  return it == names.end() ? absl::StrCat("CODE_", static_cast<int>(code)) : it->second;
-}
-
-// A client channel that reconnects quickly to a coordinator that comes back.
-std::shared_ptr<grpc::Channel> ClientChannel(const std::string& address) {
-  grpc::ChannelArguments args;
-  args.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, 100);
-  args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, 500);
-  args.SetInt(GRPC_ARG_MIN_RECONNECT_BACKOFF_MS, 20000);
-  return grpc::CreateCustomChannel(address, grpc::InsecureChannelCredentials(), args);
-}
-
-struct LoadFigures {
-  std::mutex mu;
-  int64_t requests = 0;       // Logical requests started.
-  int64_t completed = 0;      // Ended OK (perhaps after retries).
-  int64_t lost = 0;           // Never OK within the request budget, or a non-retried failure.
-  int64_t attempts = 0;
-  int64_t late_attempts = 0;  // Ended after their deadline (plus slack): a hang.
-  std::map<std::string, int64_t> attempt_statuses;
-  double worst_attempt_s = 0;
-};
-
-void ClientLoop(const std::string& address, std::atomic<bool>* stop, LoadFigures* figures, int seed) {
-  auto channel = ClientChannel(address);
-  auto stub = v1::Generation::NewStub(channel);
-  std::minstd_rand rng(seed);
-  while (!*stop) {
-    v1::GenerateRequest request = GreedyIds({1, static_cast<int32_t>(20 + rng() % 200), 51}, 12);
-    const auto started = Clock::now();
-    bool ok = false;
-    bool lost = false;
-    while (Clock::now() - started < kRequestBudget) {
-      grpc::ClientContext ctx;
-      ctx.set_deadline(std::chrono::system_clock::now() + kAttemptDeadline);
-      v1::GenerateResponse response;
-      const auto attempt_start = Clock::now();
-      grpc::Status s = stub->Generate(&ctx, request, &response);
-      const double took = Seconds(Clock::now() - attempt_start);
-      {
-        std::lock_guard<std::mutex> lock(figures->mu);
-        ++figures->attempts;
-        ++figures->attempt_statuses[StatusName(s.error_code())];
-        figures->worst_attempt_s = std::max(figures->worst_attempt_s, took);
-        if (took > Seconds(kAttemptDeadline) + 2.0) ++figures->late_attempts;
-      }
-      if (s.ok()) {
-        ok = response.token_ids_size() == 12;
-        lost = !ok;
-        break;
-      }
-      if (s.error_code() != grpc::StatusCode::UNAVAILABLE) {
-        lost = true;  // Only UNAVAILABLE is retried.
-        std::fprintf(stderr, "chaos client: %s: %s\n", StatusName(s.error_code()).c_str(),
-                     s.error_message().c_str());
-        break;
-      }
-      std::this_thread::sleep_for(std::chrono::milliseconds(100));
-    }
-    std::lock_guard<std::mutex> lock(figures->mu);
-    ++figures->requests;
-    if (ok) ++figures->completed;
-    if (lost || !ok) ++figures->lost;
-  }
-}
-
-// Both replicas report ready and a request goes through.
-bool Serving(const std::string& address) {
-  auto stub = v1::Generation::NewStub(ClientChannel(address));
-  grpc::ClientContext info_ctx;
-  info_ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(1));
-  v1::ModelInfo info;
-  if (!stub->GetModelInfo(&info_ctx, v1::GetModelInfoRequest(), &info).ok()) return false;
-  return static_cast<int>(info.ready_replicas()) == kReplicas;
-}
-
-std::string CpuModel() {
-  std::ifstream in("/proc/cpuinfo");
-  std::string line;
-  while (std::getline(in, line)) {
-    if (line.rfind("model name", 0) == 0) return line.substr(line.find(':') + 2);
-  }
-  return "";
-}
 
 TEST(ChaosTest, KillsAndRestartsUnderLoadLoseNothing) {
   TESSERA_REQUIRE_STORIES_MODEL();
@@ -143,7 +50,10 @@ TEST(ChaosTest, KillsAndRestartsUnderLoadLoseNothing) {
   LoadFigures figures;
   std::atomic<bool> stop{false};
   std::vector<std::thread> clients;
-  for (int c = 0; c < kClients; ++c) clients.emplace_back(ClientLoop, address, &stop, &figures, c + 1);
+  const LoadOptions load;
+  for (int c = 0; c < kClients; ++c) {
+    clients.emplace_back(ClientLoop, address, std::cref(load), &stop, &figures, c + 1);
+  }
 
   std::mt19937 rng(12);
   nlohmann::json kills = nlohmann::json::array();
@@ -161,7 +71,7 @@ TEST(ChaosTest, KillsAndRestartsUnderLoadLoseNothing) {
     // should notice meanwhile (under load a step fails at once).
     bool drop_seen = victim == 0;
     while (Clock::now() - killed_at < std::chrono::milliseconds(300)) {
-      drop_seen = drop_seen || !Serving(address);
+      drop_seen = drop_seen || !Serving(address, kReplicas);
       std::this_thread::sleep_for(std::chrono::milliseconds(20));
     }
     const auto restarted_at = Clock::now();
@@ -169,7 +79,7 @@ TEST(ChaosTest, KillsAndRestartsUnderLoadLoseNothing) {
     ASSERT_TRUE(fresh.ok()) << fresh.status();
     bool back = false;
     while (Clock::now() - restarted_at < std::chrono::seconds(30)) {
-      if (Serving(address)) {
+      if (Serving(address, kReplicas)) {
         back = true;
         break;
       }
@@ -191,17 +101,7 @@ TEST(ChaosTest, KillsAndRestartsUnderLoadLoseNothing) {
 
   // No leak: with nothing running, every replica's blocks are free again.
   absl::StatusOr<v1::ModelInfo> info;
-  bool drained = false;
-  const auto drain_deadline = Clock::now() + std::chrono::seconds(10);
-  while (Clock::now() < drain_deadline && !drained) {
-    info = cluster->ModelInfo();
-    drained = info.ok() && info->replica_info_size() == kReplicas;
-    for (int i = 0; drained && i < info->replica_info_size(); ++i) {
-      const auto& r = info->replica_info(i);
-      drained = r.healthy() && r.running() == 0 && r.waiting() == 0 && r.free_blocks() == r.total_blocks();
-    }
-    if (!drained) std::this_thread::sleep_for(std::chrono::milliseconds(100));
-  }
+  const bool drained = WaitDrained(*cluster, kReplicas, std::chrono::seconds(10), &info);
   ASSERT_TRUE(info.ok()) << info.status();
   EXPECT_TRUE(drained) << info->DebugString();
 
@@ -212,7 +112,7 @@ TEST(ChaosTest, KillsAndRestartsUnderLoadLoseNothing) {
   std::strftime(date, sizeof(date), "%Y-%m-%dT%H:%M:%SZ", std::gmtime(&now));
   out["conditions"] = {{"model", "stories260K"}, {"tp", kTp}, {"replicas", kReplicas},
                        {"clients", kClients}, {"max_new_tokens", 12},
-                       {"attempt_deadline_s", Seconds(kAttemptDeadline)}, {"kill_signal", "SIGKILL"},
+                       {"attempt_deadline_s", Seconds(load.attempt_deadline)}, {"kill_signal", "SIGKILL"},
                        {"restart", "same flags, same ports"}, {"date", date},
                        {"machine", {{"cpu_model", CpuModel()},
                                     {"logical_cores", static_cast<int>(::sysconf(_SC_NPROCESSORS_ONLN))}}}};

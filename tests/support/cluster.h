@@ -8,6 +8,7 @@
 // (PR_SET_PDEATHSIG), so no test leaves servers behind.
 
 #include <fcntl.h>
+#include <arpa/inet.h>
 #include <netinet/in.h>
 #include <signal.h>
 #include <sys/prctl.h>
@@ -61,18 +62,22 @@ inline int PickFreePort(int* keep_open = nullptr) {
   return port;
 }
 
-// Whether something accepts TCP connections on 127.0.0.1:port right now.
-inline bool Accepts(int port) {
+// Whether something accepts TCP connections on host:port (an IPv4 address) right now.
+inline bool Accepts(const std::string& host, int port) {
   const int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
   if (fd < 0) return false;
   sockaddr_in addr{};
   addr.sin_family = AF_INET;
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
   addr.sin_port = htons(static_cast<uint16_t>(port));
+  if (::inet_pton(AF_INET, host.c_str(), &addr.sin_addr) != 1) {
+    ::close(fd);
+    return false;
+  }
   const bool ok = ::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0;
   ::close(fd);
   return ok;
 }
+inline bool Accepts(int port) { return Accepts("127.0.0.1", port); }
 
 // A memory field of /proc/<pid>/status in bytes ("VmRSS", "RssAnon", "RssFile", "VmHWM"),
 // 0 if unknown.
@@ -120,6 +125,15 @@ struct ClusterOptions {
   // Sent as `authorization: Bearer <api_key>` by ModelInfo() (readiness) when the
   // coordinator runs with --api-keys-file.
   std::string api_key;
+  // The address the coordinator's ports bind to (public API, cluster port, metrics), and
+  // per worker in start order the address it listens on and advertises to its peers
+  // (empty: 127.0.0.1 for every one). The network-fault tests give each process its own.
+  std::string coordinator_host = "127.0.0.1";
+  std::vector<std::string> worker_hosts;
+  // Argument prefixes that start the coordinator and, per worker in start order, each
+  // worker, e.g. {"/usr/sbin/ip", "netns", "exec", name} (empty: run the binary directly).
+  std::vector<std::string> coordinator_launcher;
+  std::vector<std::vector<std::string>> worker_launchers;
 };
 
 class Cluster {
@@ -201,7 +215,8 @@ class Cluster {
       processes_.insert(processes_.begin() + static_cast<long>(i), std::move(fresh));
       if (i == 0) {
         const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(30);
-        while (!(Accepts(port_) && Accepts(cluster_port_)) && std::chrono::steady_clock::now() < deadline) {
+        while (!(Accepts(options_.coordinator_host, port_) && Accepts(options_.coordinator_host, cluster_port_)) &&
+               std::chrono::steady_clock::now() < deadline) {
           std::this_thread::sleep_for(std::chrono::milliseconds(10));
         }
         channel_ = grpc::CreateChannel(address_, ChannelCredentials());
@@ -319,13 +334,16 @@ class Cluster {
     if (port == 0 || cluster_port == 0 || metrics_port_ == 0) {
       return absl::InternalError("cannot find free TCP ports on 127.0.0.1");
     }
-    address_ = absl::StrCat("127.0.0.1:", port);
+    const std::string& host = options_.coordinator_host;
+    address_ = absl::StrCat(host, ":", port);
 
-    std::vector<std::string> coordinator = {
+    std::vector<std::string> coordinator = options_.coordinator_launcher;
+    coordinator.insert(coordinator.end(), {
         (BinaryDir() / "tessera-coordinator").string(), "--model", options_.model_dir.string(),
+        "--host", host, "--cluster-host", host,
         "--port", absl::StrCat(port), "--cluster-port", absl::StrCat(cluster_port),
         "--tp", absl::StrCat(options_.tp), "--replicas", absl::StrCat(options_.replicas),
-        "--metrics-port", absl::StrCat(metrics_port_)};
+        "--metrics-port", absl::StrCat(metrics_port_)});
     if (options_.kv_memory_mb > 0) {
       coordinator.insert(coordinator.end(), {"--kv-memory-mb", absl::StrCat(options_.kv_memory_mb)});
     }
@@ -340,7 +358,7 @@ class Cluster {
     // refused backs off (1 s, 1.6 s, 2.56 s by default), which would add seconds to every
     // start, both to our health checks and to the workers' registration.
     const auto deadline = std::chrono::steady_clock::now() + options_.ready_timeout;
-    while (!(Accepts(port) && Accepts(cluster_port))) {
+    while (!(Accepts(host, port) && Accepts(host, cluster_port))) {
       Reap(processes_[0], /*block=*/false);
       if (processes_[0].reaped) {
         return Failed(absl::StrCat("the coordinator exited early (", Describe(processes_[0].wait_status), ")"));
@@ -354,15 +372,24 @@ class Cluster {
                                                           : static_cast<int>(options_.worker_hints.size());
     for (int w = 0; w < num_workers; ++w) {
       const bool hinted = !options_.worker_hints.empty();
-      std::vector<std::string> worker = {
+      std::vector<std::string> worker =
+          w < static_cast<int>(options_.worker_launchers.size()) ? options_.worker_launchers[w]
+                                                                 : std::vector<std::string>{};
+      worker.insert(worker.end(), {
           (BinaryDir() / "tessera-worker").string(), "--coordinator",
-          absl::StrCat("127.0.0.1:", cluster_port), "--threads", absl::StrCat(options_.threads),
-          "--rank-hint", absl::StrCat(hinted ? options_.worker_hints[w].second : w % options_.tp)};
+          absl::StrCat(host, ":", cluster_port), "--threads", absl::StrCat(options_.threads),
+          "--rank-hint", absl::StrCat(hinted ? options_.worker_hints[w].second : w % options_.tp)});
       if (hinted) worker.insert(worker.end(), {"--replica-hint", absl::StrCat(options_.worker_hints[w].first)});
+      const std::string worker_host =
+          w < static_cast<int>(options_.worker_hosts.size()) ? options_.worker_hosts[w] : "127.0.0.1";
+      int worker_port = 0;
       if (options_.fixed_worker_ports) {
-        const int worker_port = PickFreePort();
+        worker_port = PickFreePort();
         if (worker_port == 0) return absl::InternalError("cannot find a free TCP port on 127.0.0.1");
-        worker.insert(worker.end(), {"--listen", absl::StrCat("127.0.0.1:", worker_port)});
+      }
+      if (options_.fixed_worker_ports || worker_host != "127.0.0.1") {
+        worker.insert(worker.end(), {"--listen", absl::StrCat(worker_host, ":", worker_port),
+                                     "--advertise-host", worker_host});
       }
       worker.insert(worker.end(), options_.cluster_security_flags.begin(), options_.cluster_security_flags.end());
       worker.insert(worker.end(), options_.worker_flags.begin(), options_.worker_flags.end());

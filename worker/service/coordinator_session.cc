@@ -25,7 +25,7 @@ CoordinatorSession::CoordinatorSession(CoordinatorSessionOptions options, Worker
     : options_(std::move(options)),
       service_(service),
       stub_(v1::Cluster::NewStub(
-          ChannelToStartingServer(options_.coordinator, options_.credentials, options_.server_name))) {}
+          ClusterChannel(options_.coordinator, options_.credentials, options_.server_name))) {}
 
 void CoordinatorSession::SleepFor(std::chrono::milliseconds d, const std::atomic<bool>& stop,
                                   const std::function<void()>& tick) {

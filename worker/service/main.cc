@@ -148,6 +148,7 @@ int main(int argc, char** argv) {
   builder.AddListeningPort(listen, tessera::tls::ClusterServerCredentials(cluster_security), &port);
   builder.SetMaxReceiveMessageSize(256 << 20);
   builder.SetMaxSendMessageSize(256 << 20);
+  tessera::AllowClusterKeepalive(builder);
   builder.RegisterService(&service);
   std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
   if (server == nullptr || port == 0) return Fail(absl::StrCat("cannot listen on ", listen));

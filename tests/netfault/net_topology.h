@@ -1,0 +1,167 @@
+// Nodes of an emulated network on one machine, for the network-fault tests: each node is a
+// Linux network namespace with an address of its own, joined to a bridge in the test's
+// namespace by a veth pair, so a fault on one node's link leaves every other link as it
+// was. The test process reaches every node through its own address on the bridge.
+//
+// Needs root and iproute2. Every name carries the test's pid, and Create() first deletes
+// what tests that no longer run left behind (a killed test cannot run its destructor).
+#ifndef TESSERA_TESTS_NETFAULT_NET_TOPOLOGY_H_
+#define TESSERA_TESTS_NETFAULT_NET_TOPOLOGY_H_
+
+#include <signal.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdio>
+#include <filesystem>
+#include <memory>
+#include <regex>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+
+namespace tessera::testing {
+
+// The iproute2 binary, or empty where it is missing.
+inline std::string IpBinary() {
+  for (const char* path : {"/usr/sbin/ip", "/sbin/ip", "/usr/bin/ip", "/bin/ip"}) {
+    if (::access(path, X_OK) == 0) return path;
+  }
+  return "";
+}
+
+// Runs a command (no shell metacharacters in its arguments) and returns its output, or an
+// error with that output when it fails.
+inline absl::StatusOr<std::string> RunCommand(const std::vector<std::string>& args) {
+  const std::string command = absl::StrCat(absl::StrJoin(args, " "), " 2>&1");
+  FILE* pipe = ::popen(command.c_str(), "r");
+  if (pipe == nullptr) return absl::InternalError(absl::StrCat("cannot run ", command));
+  std::string output;
+  char buffer[4096];
+  size_t n = 0;
+  while ((n = std::fread(buffer, 1, sizeof(buffer), pipe)) > 0) output.append(buffer, n);
+  const int status = ::pclose(pipe);
+  if (status != 0) return absl::InternalError(absl::StrCat(command, " failed (", status, "): ", output));
+  return output;
+}
+
+class NetTopology {
+ public:
+  // Why this machine cannot run the network-fault tests, or OK.
+  static absl::Status Supported() {
+    if (::geteuid() != 0) return absl::FailedPreconditionError("network namespaces need root");
+    if (IpBinary().empty()) return absl::FailedPreconditionError("no iproute2 `ip` binary");
+    return absl::OkStatus();
+  }
+
+  // `nodes` namespaces on one bridge, every link up.
+  static absl::StatusOr<std::unique_ptr<NetTopology>> Create(int nodes) {
+    if (absl::Status s = Supported(); !s.ok()) return s;
+    SweepLeftovers();
+    std::unique_ptr<NetTopology> t(new NetTopology(nodes));
+    if (absl::Status s = t->Build(); !s.ok()) return s;
+    return t;
+  }
+
+  ~NetTopology() {
+    for (int i = 0; i < nodes_; ++i) {
+      (void)RunCommand({ip_, "netns", "del", Namespace(i)});  // Takes its end of the veth along.
+    }
+    (void)RunCommand({ip_, "link", "del", Bridge()});
+  }
+  NetTopology(const NetTopology&) = delete;
+  NetTopology& operator=(const NetTopology&) = delete;
+
+  int nodes() const { return nodes_; }
+  // The test process's address on the bridge.
+  std::string host_address() const { return absl::StrCat(subnet_, ".254"); }
+  std::string address(int node) const { return absl::StrCat(subnet_, ".", node + 1); }
+  // Prefix that starts a program inside the node's namespace.
+  std::vector<std::string> Launcher(int node) const { return {ip_, "netns", "exec", Namespace(node)}; }
+
+  // Takes the node's link down or up (its end on the bridge): packets to and from it are
+  // dropped without a word, as when a cable or a switch port fails.
+  absl::Status SetLinkUp(int node, bool up) {
+    return RunCommand({ip_, "link", "set", HostVeth(node), up ? "up" : "down"}).status();
+  }
+
+ private:
+  explicit NetTopology(int nodes) : nodes_(nodes), pid_(::getpid()), ip_(IpBinary()) {
+    // A /24 of 10.0.0.0/8 picked by the pid, so tests running side by side do not share one.
+    subnet_ = absl::StrCat("10.", 64 + (pid_ >> 8) % 128, ".", pid_ & 0xff);
+  }
+
+  std::string Namespace(int node) const { return absl::StrCat("tsr", pid_, "n", node); }
+  std::string Bridge() const { return absl::StrCat("tsr", pid_, "b"); }
+  std::string HostVeth(int node) const { return absl::StrCat("tsr", pid_, "v", node); }
+  std::string NodeVeth(int node) const { return absl::StrCat("tsr", pid_, "p", node); }
+
+  absl::Status Build() {
+    const std::vector<std::vector<std::string>> bridge = {
+        {ip_, "link", "add", Bridge(), "type", "bridge"},
+        {ip_, "addr", "add", absl::StrCat(host_address(), "/24"), "dev", Bridge()},
+        {ip_, "link", "set", Bridge(), "up"}};
+    for (const auto& command : bridge) {
+      if (auto r = RunCommand(command); !r.ok()) return r.status();
+    }
+    for (int i = 0; i < nodes_; ++i) {
+      const std::string ns = Namespace(i);
+      const std::vector<std::vector<std::string>> node = {
+          {ip_, "netns", "add", ns},
+          {ip_, "link", "add", HostVeth(i), "type", "veth", "peer", "name", NodeVeth(i)},
+          {ip_, "link", "set", NodeVeth(i), "netns", ns},
+          {ip_, "link", "set", HostVeth(i), "master", Bridge()},
+          {ip_, "link", "set", HostVeth(i), "up"},
+          {ip_, "-n", ns, "link", "set", "lo", "up"},
+          {ip_, "-n", ns, "link", "set", NodeVeth(i), "name", "eth0"},
+          {ip_, "-n", ns, "addr", "add", absl::StrCat(address(i), "/24"), "dev", "eth0"},
+          {ip_, "-n", ns, "link", "set", "eth0", "up"}};
+      for (const auto& command : node) {
+        if (auto r = RunCommand(command); !r.ok()) return r.status();
+      }
+    }
+    return absl::OkStatus();
+  }
+
+  // Namespaces and bridges named for test processes that are gone.
+  static void SweepLeftovers() {
+    const std::string ip = IpBinary();
+    auto dead = [](const std::string& pid) { return ::kill(std::stoi(pid), 0) != 0 && errno == ESRCH; };
+    const std::regex ns_name("^tsr([0-9]+)n[0-9]+");
+    if (auto list = RunCommand({ip, "netns", "list"}); list.ok()) {
+      std::istringstream lines(*list);
+      std::string line;
+      std::smatch m;
+      while (std::getline(lines, line)) {
+        if (std::regex_search(line, m, ns_name) && dead(m[1].str())) {
+          (void)RunCommand({ip, "netns", "del", m[0].str()});
+        }
+      }
+    }
+    const std::regex bridge_name("tsr([0-9]+)b[:@]");
+    if (auto list = RunCommand({ip, "-o", "link", "show", "type", "bridge"}); list.ok()) {
+      std::istringstream lines(*list);
+      std::string line;
+      std::smatch m;
+      while (std::getline(lines, line)) {
+        if (std::regex_search(line, m, bridge_name) && dead(m[1].str())) {
+          (void)RunCommand({ip, "link", "del", absl::StrCat("tsr", m[1].str(), "b")});
+        }
+      }
+    }
+  }
+
+  const int nodes_;
+  const pid_t pid_;
+  const std::string ip_;
+  std::string subnet_;
+};
+
+}  // namespace tessera::testing
+
+#endif  // TESSERA_TESTS_NETFAULT_NET_TOPOLOGY_H_

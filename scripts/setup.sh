@@ -17,8 +17,9 @@ PACKAGES=(
   # clang, so named here); llvm-symbolizer turns sanitizer reports into file:line.
   # scripts/sanitize.sh needs only GCC's libasan/libubsan, which build-essential brings.
   clang libclang-rt-14-dev llvm
-  # tests/netfault: each process in a network namespace of its own (`ip netns`, veth, bridge).
-  iproute2
+  # tests/netfault: each process in a network namespace of its own (`ip netns`, veth, bridge),
+  # packet loss and partitions with nftables.
+  iproute2 nftables
 )
 
 missing=()

@@ -35,6 +35,11 @@ absl::Status ForEachRank(int world, const std::vector<std::string>& addresses,
   return absl::OkStatus();
 }
 
+// The least a step is given once its deadline is learned: far above any step of a healthy
+// group, and under the workers' default collective timeout (10 s), so the coordinator
+// notices a group stuck in a collective before the workers give up on it.
+constexpr std::chrono::milliseconds kStepDeadlineFloor{5000};
+
 }  // namespace
 
 WorkerGroup::WorkerGroup(int replica, std::vector<std::string> addresses, GroupOptions options,
@@ -42,7 +47,8 @@ WorkerGroup::WorkerGroup(int replica, std::vector<std::string> addresses, GroupO
     : replica_(replica),
       addresses_(std::move(addresses)),
       options_(std::move(options)),
-      devices_(std::move(devices)) {
+      devices_(std::move(devices)),
+      step_deadline_(kStepDeadlineFloor, options_.step_timeout) {
   grpc::ChannelArguments args;
   args.SetMaxReceiveMessageSize(256 << 20);
   args.SetMaxSendMessageSize(256 << 20);
@@ -176,6 +182,11 @@ absl::StatusOr<GroupCapacity> WorkerGroup::Form(uint64_t generation,
 
 absl::StatusOr<v1::StepResponse> WorkerGroup::ExecuteStep(const v1::StepRequest& request) {
   const int world = world_size();
+  int64_t tokens = 0;
+  for (uint32_t n : request.num_scheduled_tokens()) tokens += n;
+  for (uint32_t n : request.num_lookahead_tokens()) tokens += n;
+  const std::chrono::milliseconds deadline = step_deadline_.For(tokens);
+  const auto started = std::chrono::steady_clock::now();
   grpc::CompletionQueue cq;
   std::vector<std::unique_ptr<grpc::ClientContext>> contexts(world);
   std::vector<v1::StepResponse> responses(world);
@@ -183,7 +194,7 @@ absl::StatusOr<v1::StepResponse> WorkerGroup::ExecuteStep(const v1::StepRequest&
   std::vector<std::unique_ptr<grpc::ClientAsyncResponseReader<v1::StepResponse>>> calls(world);
   for (int r = 0; r < world; ++r) {
     contexts[r] = std::make_unique<grpc::ClientContext>();
-    contexts[r]->set_deadline(In(options_.step_timeout));
+    contexts[r]->set_deadline(In(deadline));
     calls[r] = stubs_[r]->AsyncExecuteStep(contexts[r].get(), request, &cq);
     calls[r]->Finish(&responses[r], &statuses[r], reinterpret_cast<void*>(static_cast<intptr_t>(r)));
   }
@@ -197,7 +208,11 @@ absl::StatusOr<v1::StepResponse> WorkerGroup::ExecuteStep(const v1::StepRequest&
       first_error = absl::Status(
           static_cast<absl::StatusCode>(statuses[r].error_code()),
           absl::StrCat("replica ", replica_, " rank ", r, " (", addresses_[r], ") failed step ",
-                       request.step_id(), ": ", statuses[r].error_message()));
+                       request.step_id(), ": ", statuses[r].error_message(),
+                       statuses[r].error_code() == grpc::StatusCode::DEADLINE_EXCEEDED
+                           ? absl::StrCat(" (the step's deadline: ", deadline.count(), " ms for ", tokens,
+                                          " tokens)")
+                           : ""));
       // The other ranks would wait in a collective for the failed one: stop waiting.
       for (auto& c : contexts) c->TryCancel();
     }
@@ -208,6 +223,7 @@ absl::StatusOr<v1::StepResponse> WorkerGroup::ExecuteStep(const v1::StepRequest&
   while (cq.Next(&tag, &ok)) {
   }
   if (!first_error.ok()) return first_error;
+  step_deadline_.Observe(tokens, std::chrono::steady_clock::now() - started);
   return std::move(responses[0]);
 }
 

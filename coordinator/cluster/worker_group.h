@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "coordinator/cluster/step_deadline.h"
 #include "grpcpp/security/credentials.h"
 #include "tessera/v1/worker.grpc.pb.h"
 
@@ -88,7 +89,8 @@ class WorkerGroup {
   absl::StatusOr<GroupCapacity> Form(uint64_t generation,
                                      const std::function<void(int, int, int)>& progress);
 
-  // Runs one step on every rank; returns rank 0's response.
+  // Runs one step on every rank; returns rank 0's response. A step past its deadline
+  // (StepDeadline: learned from the group's earlier steps) fails like a failed rank.
   absl::StatusOr<v1::StepResponse> ExecuteStep(const v1::StepRequest& request);
 
   // Checks every rank answers its health service within `timeout`.
@@ -108,6 +110,8 @@ class WorkerGroup {
   std::vector<std::shared_ptr<grpc::Channel>> channels_;
   std::vector<std::unique_ptr<v1::Worker::Stub>> stubs_;
   ReplicaStartup startup_;
+  // Steps run one at a time (the replica's step loop), so this needs no lock.
+  StepDeadline step_deadline_;
 };
 
 }  // namespace tessera

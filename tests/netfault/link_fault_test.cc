@@ -1,11 +1,11 @@
 // Network faults between nodes (issue 39): the coordinator and each worker run in a network
 // namespace of their own (tests/netfault/net_topology.h), tp 2 x 2 replicas with Gloo
-// between the ranks, under steady client load. A worker's link goes down for a while and
-// comes back. Every attempt must end with a status within its deadline (never a hang), a
-// client that retries UNAVAILABLE loses no request, every replica serves again within
-// 10 s of the link returning, and every KV block is back in the pool at the end. The
-// figures go to $TESSERA_RESULTS_DIR/netfault_link_down_stories260k.json (the test's
-// scratch folder when unset).
+// between the ranks, under steady client load. A fault (a link down, packet loss, a worker
+// cut off from its peers) is held for a while and then mended. Every attempt must end with
+// a status within its deadline (never a hang), a client that retries UNAVAILABLE loses no
+// request, every replica serves again within 10 s of the fault's end, and every KV block is
+// back in the pool at the end. The figures go to
+// $TESSERA_RESULTS_DIR/netfault_*_stories260k.json (the test's scratch folder when unset).
 #include <atomic>
 #include <chrono>
 #include <cstdlib>
@@ -59,14 +59,17 @@ std::unique_ptr<Cluster> StartInNamespaces(NetTopology& net) {
   return StartStories(kTp, kReplicas, options);
 }
 
-struct FaultOutcome {
-  nlohmann::json figures;
-  bool recovered = false;
+// A fault held for a while: `start` breaks something, `end` mends it.
+struct Fault {
+  std::string name;
+  std::function<absl::Status()> start;
+  std::function<absl::Status()> end;
+  std::chrono::seconds duration;
 };
 
-// Takes worker `victim`'s link down for `down_for` under load, brings it back, and waits
-// for every replica to serve again.
-FaultOutcome LinkDownUnderLoad(NetTopology& net, Cluster& cluster, int victim, std::chrono::seconds down_for) {
+// Holds `fault` under load, mends it, and waits for every replica to serve again; checks
+// that nothing hung, nothing was lost and no block leaked, and returns the figures.
+nlohmann::json FaultUnderLoad(Cluster& cluster, const Fault& fault) {
   const std::string address = cluster.address();
   LoadFigures figures;
   std::atomic<bool> stop{false};
@@ -77,52 +80,57 @@ FaultOutcome LinkDownUnderLoad(NetTopology& net, Cluster& cluster, int victim, s
   }
   std::this_thread::sleep_for(std::chrono::seconds(2));  // Steady load first.
 
-  const auto down_at = LoadClock::now();
-  EXPECT_TRUE(net.SetLinkUp(1 + victim, false).ok());
+  const auto start_at = LoadClock::now();
+  EXPECT_TRUE(fault.start().ok()) << fault.name;
   bool drop_seen = false;
-  while (LoadClock::now() - down_at < down_for) {
+  while (LoadClock::now() - start_at < fault.duration) {
     drop_seen = drop_seen || !Serving(address, kReplicas);
     std::this_thread::sleep_for(std::chrono::milliseconds(200));
   }
-  const auto up_at = LoadClock::now();
-  EXPECT_TRUE(net.SetLinkUp(1 + victim, true).ok());
-  FaultOutcome outcome;
-  while (LoadClock::now() - up_at < std::chrono::seconds(30)) {
+  const auto end_at = LoadClock::now();
+  EXPECT_TRUE(fault.end().ok()) << fault.name;
+  bool recovered = false;
+  while (LoadClock::now() - end_at < std::chrono::seconds(30)) {
     if (Serving(address, kReplicas)) {
-      outcome.recovered = true;
+      recovered = true;
       break;
     }
     std::this_thread::sleep_for(std::chrono::milliseconds(50));
   }
-  const double recovery_s = Seconds(LoadClock::now() - up_at);
+  const double recovery_s = Seconds(LoadClock::now() - end_at);
   std::this_thread::sleep_for(std::chrono::seconds(2));  // Steady load after the fault.
   stop = true;
   for (auto& t : clients) t.join();
 
   absl::StatusOr<v1::ModelInfo> info;
   const bool drained = WaitDrained(cluster, kReplicas, std::chrono::seconds(10), &info);
-  outcome.figures = {{"victim", absl::StrCat("worker", victim)},
-                     {"link_down_s", Seconds(up_at - down_at)},
-                     {"drop_seen", drop_seen},
-                     {"recovered", outcome.recovered},
-                     {"recovery_after_link_up_s", recovery_s},
-                     {"requests", figures.requests},
-                     {"completed", figures.completed},
-                     {"lost", figures.lost},
-                     {"attempts", figures.attempts},
-                     {"attempts_by_status", figures.attempt_statuses},
-                     {"late_attempts", figures.late_attempts},
-                     {"worst_attempt_s", figures.worst_attempt_s},
-                     {"kv_blocks_free_at_end", drained}};
-  std::printf("link down %.1f s on worker%d: %s\n", Seconds(up_at - down_at), victim,
-              outcome.figures.dump().c_str());
-  EXPECT_TRUE(outcome.recovered) << "not serving 30 s after the link came back\n" << cluster.Logs();
-  EXPECT_LT(recovery_s, Seconds(kRecoveryBound));
-  EXPECT_GT(figures.completed, 0);
-  EXPECT_EQ(figures.lost, 0) << outcome.figures.dump(2) << "\n" << cluster.Logs();
-  EXPECT_EQ(figures.late_attempts, 0) << "an attempt outlived its deadline";
+  nlohmann::json out = {{"fault", fault.name},
+                        {"fault_s", Seconds(end_at - start_at)},
+                        {"replica_down_seen", drop_seen},
+                        {"recovered", recovered},
+                        {"serving_again_after_s", recovery_s},
+                        {"requests", figures.requests},
+                        {"completed", figures.completed},
+                        {"lost", figures.lost},
+                        {"attempts", figures.attempts},
+                        {"attempts_by_status", figures.attempt_statuses},
+                        {"late_attempts", figures.late_attempts},
+                        {"worst_attempt_s", figures.worst_attempt_s},
+                        {"kv_blocks_free_at_end", drained}};
+  std::printf("%s: %s\n", fault.name.c_str(), out.dump().c_str());
+  EXPECT_TRUE(recovered) << fault.name << ": not serving 30 s after it ended\n" << cluster.Logs();
+  EXPECT_LT(recovery_s, Seconds(kRecoveryBound)) << fault.name;
+  EXPECT_GT(figures.completed, 0) << fault.name;
+  EXPECT_EQ(figures.lost, 0) << out.dump(2) << "\n" << cluster.Logs();
+  EXPECT_EQ(figures.late_attempts, 0) << fault.name << ": an attempt outlived its deadline";
   EXPECT_TRUE(drained) << (info.ok() ? info->DebugString() : info.status().ToString());
-  return outcome;
+  return out;
+}
+
+Fault LinkDown(NetTopology& net, int worker, std::chrono::seconds duration) {
+  return {absl::StrCat("worker", worker, " link down ", duration.count(), " s"),
+          [&net, worker] { return net.SetLinkUp(1 + worker, false); },
+          [&net, worker] { return net.SetLinkUp(1 + worker, true); }, duration};
 }
 
 void WriteFigures(const std::string& name, nlohmann::json faults) {
@@ -169,9 +177,34 @@ TEST(LinkFaultTest, WorkerLinkDownBrieflyAndLongerLosesNothing) {
   auto cluster = StartInNamespaces(**net);
   ASSERT_NE(cluster, nullptr);
   nlohmann::json faults = nlohmann::json::array();
-  faults.push_back(LinkDownUnderLoad(**net, *cluster, /*victim=*/2, std::chrono::seconds(3)).figures);
-  faults.push_back(LinkDownUnderLoad(**net, *cluster, /*victim=*/1, std::chrono::seconds(30)).figures);
+  faults.push_back(FaultUnderLoad(*cluster, LinkDown(**net, 2, std::chrono::seconds(3))));
+  faults.push_back(FaultUnderLoad(*cluster, LinkDown(**net, 1, std::chrono::seconds(30))));
   WriteFigures("netfault_link_down_stories260k.json", std::move(faults));
+}
+
+TEST(LinkFaultTest, LossAndAPartitionFromPeersLoseNothing) {
+  TESSERA_REQUIRE_STORIES_MODEL();
+  TESSERA_REQUIRE_NETNS();
+  if (absl::Status s = NetTopology::FiltersSupported(); !s.ok()) {
+    const char* ci = std::getenv("CI");
+    if (ci != nullptr && std::string(ci) == "true") FAIL() << s.message();
+    GTEST_SKIP() << s.message();
+  }
+  auto net = NetTopology::Create(1 + kWorkers);
+  ASSERT_TRUE(net.ok()) << net.status();
+  auto cluster = StartInNamespaces(**net);
+  ASSERT_NE(cluster, nullptr);
+  NetTopology& n = **net;
+  nlohmann::json faults = nlohmann::json::array();
+  faults.push_back(FaultUnderLoad(
+      *cluster, {"worker1 link losing 5 % of packets each way for 20 s", [&n] { return n.SetLoss(2, 5); },
+                 [&n] { return n.ClearFilter(2); }, std::chrono::seconds(20)}));
+  // Worker 1 keeps its coordinator but loses every other worker, its rank peer included.
+  faults.push_back(FaultUnderLoad(
+      *cluster, {"worker1 cut off from the other workers (not the coordinator) for 20 s",
+                 [&n] { return n.Partition(2, {1, 3, 4}); }, [&n] { return n.ClearFilter(2); },
+                 std::chrono::seconds(20)}));
+  WriteFigures("netfault_loss_partition_stories260k.json", std::move(faults));
 }
 
 }  // namespace

@@ -27,13 +27,16 @@
 
 namespace tessera::testing {
 
-// The iproute2 binary, or empty where it is missing.
-inline std::string IpBinary() {
-  for (const char* path : {"/usr/sbin/ip", "/sbin/ip", "/usr/bin/ip", "/bin/ip"}) {
-    if (::access(path, X_OK) == 0) return path;
+// The first of these executables that exists, or empty.
+inline std::string FindBinary(const std::vector<std::string>& paths) {
+  for (const std::string& path : paths) {
+    if (::access(path.c_str(), X_OK) == 0) return path;
   }
   return "";
 }
+// iproute2's `ip` and nftables' `nft`.
+inline std::string IpBinary() { return FindBinary({"/usr/sbin/ip", "/sbin/ip", "/usr/bin/ip", "/bin/ip"}); }
+inline std::string NftBinary() { return FindBinary({"/usr/sbin/nft", "/sbin/nft", "/usr/bin/nft"}); }
 
 // Runs a command (no shell metacharacters in its arguments) and returns its output, or an
 // error with that output when it fails.
@@ -90,10 +93,62 @@ class NetTopology {
     return RunCommand({ip_, "link", "set", HostVeth(node), up ? "up" : "down"}).status();
   }
 
+  // Why packet filters (Partition, SetLoss) cannot run here, or OK.
+  static absl::Status FiltersSupported() {
+    if (NftBinary().empty()) return absl::FailedPreconditionError("no nftables `nft` binary");
+    return absl::OkStatus();
+  }
+
+  // Inside the node's namespace, drops every packet to and from the given nodes (and only
+  // those), e.g. a worker that still reaches the coordinator but not its peers. Replaces
+  // the node's earlier filter.
+  absl::Status Partition(int node, const std::vector<int>& from) {
+    std::vector<std::string> addresses;
+    for (int other : from) addresses.push_back(address(other));
+    const std::string set = absl::StrCat("{ ", absl::StrJoin(addresses, ", "), " }");
+    return Filter(node, {absl::StrCat("ip saddr ", set, " drop"), absl::StrCat("ip daddr ", set, " drop")});
+  }
+
+  // Drops `percent` % of the packets in each direction of the node's link, at random.
+  absl::Status SetLoss(int node, int percent) {
+    const std::string rule = absl::StrCat("iifname \"eth0\" numgen random mod 100 < ", percent, " drop");
+    const std::string out = absl::StrCat("oifname \"eth0\" numgen random mod 100 < ", percent, " drop");
+    return Filter(node, {rule, out});
+  }
+
+  // Removes the node's filter.
+  absl::Status ClearFilter(int node) {
+    return RunCommand({ip_, "netns", "exec", Namespace(node), NftBinary(), "delete", "table", "inet", "tsr"})
+        .status();
+  }
+
  private:
   explicit NetTopology(int nodes) : nodes_(nodes), pid_(::getpid()), ip_(IpBinary()) {
     // A /24 of 10.0.0.0/8 picked by the pid, so tests running side by side do not share one.
     subnet_ = absl::StrCat("10.", 64 + (pid_ >> 8) % 128, ".", pid_ & 0xff);
+  }
+
+  // One nftables table in the node's namespace, input and output chains each holding
+  // `rules` (both chains get every rule; a rule that names a direction matches only there).
+  absl::Status Filter(int node, const std::vector<std::string>& rules) {
+    (void)ClearFilter(node);
+    std::string script = "table inet tsr {\n";
+    for (const char* hook : {"input", "output"}) {
+      absl::StrAppend(&script, "  chain ", hook, " {\n    type filter hook ", hook, " priority 0;\n");
+      for (const std::string& rule : rules) absl::StrAppend(&script, "    ", rule, "\n");
+      absl::StrAppend(&script, "  }\n");
+    }
+    absl::StrAppend(&script, "}\n");
+    const std::string file = absl::StrCat("/tmp/tsr", pid_, "-filter-", node, ".nft");
+    {
+      std::FILE* f = std::fopen(file.c_str(), "w");
+      if (f == nullptr) return absl::InternalError(absl::StrCat("cannot write ", file));
+      std::fputs(script.c_str(), f);
+      std::fclose(f);
+    }
+    auto r = RunCommand({ip_, "netns", "exec", Namespace(node), NftBinary(), "-f", file});
+    std::remove(file.c_str());
+    return r.status();
   }
 
   std::string Namespace(int node) const { return absl::StrCat("tsr", pid_, "n", node); }

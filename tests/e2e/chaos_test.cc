@@ -77,14 +77,7 @@ TEST(ChaosTest, KillsAndRestartsUnderLoadLoseNothing) {
     const auto restarted_at = Clock::now();
     auto fresh = cluster->Restart(pid);
     ASSERT_TRUE(fresh.ok()) << fresh.status();
-    bool back = false;
-    while (Clock::now() - restarted_at < std::chrono::seconds(30)) {
-      if (Serving(address, kReplicas)) {
-        back = true;
-        break;
-      }
-      std::this_thread::sleep_for(std::chrono::milliseconds(50));
-    }
+    const bool back = WaitServing(address, kReplicas, std::chrono::seconds(30));
     const double recovery_s = Seconds(Clock::now() - restarted_at);
     worst_recovery_s = std::max(worst_recovery_s, recovery_s);
     kills.push_back({{"victim", name}, {"recovery_s", recovery_s}, {"recovered", back},

@@ -122,6 +122,16 @@ inline bool Serving(const std::string& address, int replicas) {
   return static_cast<int>(info.ready_replicas()) == replicas;
 }
 
+// Polls until every replica reports ready; false when `timeout` passes first.
+inline bool WaitServing(const std::string& address, int replicas, std::chrono::milliseconds timeout) {
+  const auto deadline = LoadClock::now() + timeout;
+  while (LoadClock::now() < deadline) {
+    if (Serving(address, replicas)) return true;
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  return false;
+}
+
 // Polls until every replica is healthy with nothing running or waiting and every KV block
 // free (no leak), or `timeout` passes. `info` gets the last answer.
 inline bool WaitDrained(Cluster& cluster, int replicas, std::chrono::milliseconds timeout,

@@ -89,14 +89,7 @@ nlohmann::json FaultUnderLoad(Cluster& cluster, const Fault& fault) {
   }
   const auto end_at = LoadClock::now();
   EXPECT_TRUE(fault.end().ok()) << fault.name;
-  bool recovered = false;
-  while (LoadClock::now() - end_at < std::chrono::seconds(30)) {
-    if (Serving(address, kReplicas)) {
-      recovered = true;
-      break;
-    }
-    std::this_thread::sleep_for(std::chrono::milliseconds(50));
-  }
+  const bool recovered = WaitServing(address, kReplicas, std::chrono::seconds(30));
   const double recovery_s = Seconds(LoadClock::now() - end_at);
   std::this_thread::sleep_for(std::chrono::seconds(2));  // Steady load after the fault.
   stop = true;

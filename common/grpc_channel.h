@@ -24,7 +24,7 @@ inline constexpr int kConnectTimeoutMs = 20000;
 // with later calls queued behind it: they reached the coordinator all at once long after
 // the link came back, as registrations their worker had given up on, and the groups
 // formed from them waited out their rendezvous (tests/netfault: 28.7 s to serve again
-// after a 30 s outage; 1.6 s with this).
+// after a 30 s outage; 2.2 s with this).
 //
 // The timeout is longer than the coordinator's session timeout (5 s of heartbeat
 // silence), so the heartbeats decide whether a silent worker is gone: a link that is

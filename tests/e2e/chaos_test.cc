@@ -11,8 +11,8 @@
 #include <atomic>
 #include <chrono>
 #include <cstdlib>
-#include <functional>
 #include <ctime>
+#include <functional>
 #include <fstream>
 #include <map>
 #include <mutex>
@@ -104,7 +104,7 @@ TEST(ChaosTest, KillsAndRestartsUnderLoadLoseNothing) {
   const std::time_t now = std::time(nullptr);
   std::strftime(date, sizeof(date), "%Y-%m-%dT%H:%M:%SZ", std::gmtime(&now));
   out["conditions"] = {{"model", "stories260K"}, {"tp", kTp}, {"replicas", kReplicas},
-                       {"clients", kClients}, {"max_new_tokens", 12},
+                       {"clients", kClients}, {"max_new_tokens", load.max_new_tokens},
                        {"attempt_deadline_s", Seconds(load.attempt_deadline)}, {"kill_signal", "SIGKILL"},
                        {"restart", "same flags, same ports"}, {"date", date},
                        {"machine", {{"cpu_model", CpuModel()},

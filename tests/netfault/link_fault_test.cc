@@ -33,14 +33,15 @@ constexpr int kWorkers = kTp * kReplicas;
 constexpr int kClients = 4;
 constexpr auto kRecoveryBound = std::chrono::seconds(10);
 
-// Skips where namespaces cannot be made, except in CI (CI=true), where that is a failure.
-#define TESSERA_REQUIRE_NETNS()                                                         \
-  do {                                                                                \
-    if (absl::Status s = NetTopology::Supported(); !s.ok()) {                         \
-      const char* ci = std::getenv("CI");                                             \
-      if (ci != nullptr && std::string(ci) == "true") FAIL() << s.message();          \
-      GTEST_SKIP() << s.message();                                                    \
-    }                                                                                 \
+// Skips when `status` (what this machine lacks) is not OK, except in CI (CI=true), where
+// that is a failure.
+#define TESSERA_REQUIRE_NETWORK(status)                                        \
+  do {                                                                       \
+    if (absl::Status s = (status); !s.ok()) {                                \
+      const char* ci = std::getenv("CI");                                    \
+      if (ci != nullptr && std::string(ci) == "true") FAIL() << s.message(); \
+      GTEST_SKIP() << s.message();                                           \
+    }                                                                        \
   } while (false)
 
 // Node 0 is the coordinator, node 1 + w worker w.
@@ -148,12 +149,13 @@ void WriteFigures(const std::string& name, nlohmann::json faults) {
 }
 
 TEST(NetTopologyTest, NodesHaveTheirOwnAddressesAndLinks) {
-  TESSERA_REQUIRE_NETNS();
+  TESSERA_REQUIRE_NETWORK(NetTopology::Supported());
   auto net = NetTopology::Create(2);
   ASSERT_TRUE(net.ok()) << net.status();
   for (int node = 0; node < 2; ++node) {
-    auto addresses = RunCommand({(*net)->Launcher(node)[0], "-n", absl::StrCat("tsr", ::getpid(), "n", node),
-                                 "-4", "-o", "addr", "show", "dev", "eth0"});
+    std::vector<std::string> show = (*net)->Launcher(node);
+    show.insert(show.end(), {IpBinary(), "-4", "-o", "addr", "show", "dev", "eth0"});
+    auto addresses = RunCommand(show);
     ASSERT_TRUE(addresses.ok()) << addresses.status();
     EXPECT_NE(addresses->find((*net)->address(node) + "/24"), std::string::npos) << *addresses;
   }
@@ -164,7 +166,7 @@ TEST(NetTopologyTest, NodesHaveTheirOwnAddressesAndLinks) {
 
 TEST(LinkFaultTest, WorkerLinkDownBrieflyAndLongerLosesNothing) {
   TESSERA_REQUIRE_STORIES_MODEL();
-  TESSERA_REQUIRE_NETNS();
+  TESSERA_REQUIRE_NETWORK(NetTopology::Supported());
   auto net = NetTopology::Create(1 + kWorkers);
   ASSERT_TRUE(net.ok()) << net.status();
   auto cluster = StartInNamespaces(**net);
@@ -177,12 +179,8 @@ TEST(LinkFaultTest, WorkerLinkDownBrieflyAndLongerLosesNothing) {
 
 TEST(LinkFaultTest, LossAndAPartitionFromPeersLoseNothing) {
   TESSERA_REQUIRE_STORIES_MODEL();
-  TESSERA_REQUIRE_NETNS();
-  if (absl::Status s = NetTopology::FiltersSupported(); !s.ok()) {
-    const char* ci = std::getenv("CI");
-    if (ci != nullptr && std::string(ci) == "true") FAIL() << s.message();
-    GTEST_SKIP() << s.message();
-  }
+  TESSERA_REQUIRE_NETWORK(NetTopology::Supported());
+  TESSERA_REQUIRE_NETWORK(NetTopology::FiltersSupported());
   auto net = NetTopology::Create(1 + kWorkers);
   ASSERT_TRUE(net.ok()) << net.status();
   auto cluster = StartInNamespaces(**net);

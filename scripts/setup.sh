@@ -18,8 +18,9 @@ PACKAGES=(
   # scripts/sanitize.sh needs only GCC's libasan/libubsan, which build-essential brings.
   clang libclang-rt-14-dev llvm
   # tests/netfault: each process in a network namespace of its own (`ip netns`, veth, bridge),
-  # packet loss and partitions with nftables.
-  iproute2 nftables
+  # packet loss and partitions with nftables, delays with an iptables NFQUEUE rule and the
+  # test's own userspace delayer (the kernels we run on have no `tc netem`).
+  iproute2 nftables iptables
 )
 
 missing=()

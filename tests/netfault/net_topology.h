@@ -3,7 +3,7 @@
 // namespace by a veth pair, so a fault on one node's link leaves every other link as it
 // was. The test process reaches every node through its own address on the bridge.
 //
-// Needs root and iproute2. Every name carries the test's pid, and Create() first deletes
+// Needs root and iproute2 (nftables for filters, iptables for delays). Every name carries the test's pid, and Create() first deletes
 // what tests that no longer run left behind (a killed test cannot run its destructor).
 #ifndef TESSERA_TESTS_NETFAULT_NET_TOPOLOGY_H_
 #define TESSERA_TESTS_NETFAULT_NET_TOPOLOGY_H_
@@ -13,17 +13,22 @@
 
 #include <cerrno>
 #include <cstdio>
+#include <chrono>
 #include <filesystem>
+#include <fstream>
+#include <map>
 #include <memory>
 #include <regex>
 #include <sstream>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "tests/support/child_process.h"
 
 namespace tessera::testing {
 
@@ -37,6 +42,13 @@ inline std::string FindBinary(const std::vector<std::string>& paths) {
 // iproute2's `ip` and nftables' `nft`.
 inline std::string IpBinary() { return FindBinary({"/usr/sbin/ip", "/sbin/ip", "/usr/bin/ip", "/bin/ip"}); }
 inline std::string NftBinary() { return FindBinary({"/usr/sbin/nft", "/sbin/nft", "/usr/bin/nft"}); }
+inline std::string IptablesBinary() {
+  return FindBinary({"/usr/sbin/iptables", "/sbin/iptables", "/usr/bin/iptables"});
+}
+// The userspace packet delayer built beside this test (tests/netfault/net_delay_main.cc).
+inline std::string NetDelayBinary() {
+  return (std::filesystem::path(TESSERA_BINARY_DIR) / "tests" / "netfault" / "tessera-netdelay").string();
+}
 
 // Runs a command (no shell metacharacters in its arguments) and returns its output, or an
 // error with that output when it fails.
@@ -72,8 +84,12 @@ class NetTopology {
   }
 
   ~NetTopology() {
+    for (int i = 0; i < nodes_; ++i) (void)ClearDelay(i);  // Before their namespaces go.
     for (int i = 0; i < nodes_; ++i) {
-      (void)RunCommand({ip_, "netns", "del", Namespace(i)});  // Takes its end of the veth along.
+      // The pair goes with either end, but with the namespace only once the kernel gets to
+      // it: deleted here, the names are free for the next topology of this process.
+      (void)RunCommand({ip_, "link", "del", HostVeth(i)});
+      (void)RunCommand({ip_, "netns", "del", Namespace(i)});
     }
     (void)RunCommand({ip_, "link", "del", Bridge()});
   }
@@ -122,6 +138,61 @@ class NetTopology {
         .status();
   }
 
+  // Why SetDelay cannot run here, or OK. The kernels these tests meet have no `tc netem`,
+  // so a delay is an iptables NFQUEUE rule feeding a userspace delayer.
+  static absl::Status DelaySupported() {
+    if (IptablesBinary().empty()) return absl::FailedPreconditionError("no `iptables` binary");
+    if (::access(NetDelayBinary().c_str(), X_OK) != 0) {
+      return absl::FailedPreconditionError(absl::StrCat("no packet delayer at ", NetDelayBinary()));
+    }
+    return absl::OkStatus();
+  }
+
+  // Holds every packet the node sends (or only those to the nodes in `to`) for `delay_ms`
+  // plus a uniform jitter of +/- `jitter_ms`, in order: one direction of its link, as
+  // `tc qdisc add dev eth0 root netem delay D J` would. Replaces the node's earlier delay.
+  absl::Status SetDelay(int node, double delay_ms, double jitter_ms, const std::vector<int>& to = {}) {
+    (void)ClearDelay(node);
+    const std::filesystem::path log = DelayLog(node);
+    std::vector<std::string> args = Launcher(node);
+    args.insert(args.end(), {NetDelayBinary(), "--queue", "0", "--delay-ms", absl::StrCat(delay_ms),
+                             "--jitter-ms", absl::StrCat(jitter_ms)});
+    auto delayer = std::make_unique<Child>(args, log);
+    // Rules first would hold packets with nobody to let them go (--queue-bypass covers
+    // only a queue nobody listens on), so the delayer must be bound before.
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(5);
+    while (delayer->Log().find("tessera-netdelay: queue") == std::string::npos) {
+      if (!delayer->running() || std::chrono::steady_clock::now() > deadline) {
+        return absl::InternalError(absl::StrCat("packet delayer did not start: ", delayer->Log()));
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    }
+    delayers_[node] = std::move(delayer);
+    std::vector<std::string> rule = Launcher(node);
+    rule.insert(rule.end(), {IptablesBinary(), "-t", "mangle", "-A", "OUTPUT", "-o", "eth0"});
+    if (!to.empty()) {
+      std::vector<std::string> addresses;
+      for (int other : to) addresses.push_back(address(other));
+      rule.insert(rule.end(), {"-d", absl::StrJoin(addresses, ",")});
+    }
+    rule.insert(rule.end(), {"-j", "NFQUEUE", "--queue-num", "0", "--queue-bypass"});
+    return RunCommand(rule).status();
+  }
+
+  // Removes the node's delay; the packets it holds go out first.
+  absl::Status ClearDelay(int node) {
+    auto it = delayers_.find(node);
+    if (it == delayers_.end()) return absl::OkStatus();
+    std::vector<std::string> flush = Launcher(node);
+    flush.insert(flush.end(), {IptablesBinary(), "-t", "mangle", "-F", "OUTPUT"});
+    absl::Status s = RunCommand(flush).status();
+    it->second->Terminate(std::chrono::seconds(2));
+    delayers_.erase(it);
+    std::error_code ignored;
+    std::filesystem::remove(DelayLog(node), ignored);
+    return s;
+  }
+
  private:
   explicit NetTopology(int nodes) : nodes_(nodes), pid_(::getpid()), ip_(IpBinary()) {
     // A /24 of 10.0.0.0/8 picked by the pid, so tests running side by side do not share one.
@@ -151,6 +222,7 @@ class NetTopology {
     return r.status();
   }
 
+  std::string DelayLog(int node) const { return absl::StrCat("/tmp/tsr", pid_, "-delay-", node, ".log"); }
   std::string Namespace(int node) const { return absl::StrCat("tsr", pid_, "n", node); }
   std::string Bridge() const { return absl::StrCat("tsr", pid_, "b"); }
   std::string HostVeth(int node) const { return absl::StrCat("tsr", pid_, "v", node); }
@@ -215,6 +287,7 @@ class NetTopology {
   const pid_t pid_;
   const std::string ip_;
   std::string subnet_;
+  std::map<int, std::unique_ptr<Child>> delayers_;  // By node.
 };
 
 }  // namespace tessera::testing

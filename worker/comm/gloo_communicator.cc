@@ -82,16 +82,19 @@ absl::StatusOr<std::unique_ptr<GlooCommunicator>> GlooCommunicator::Create(
     context->setTimeout(options.timeout);
     context->connectFullMesh(prefix_store, device);
     // The store is only needed to exchange addresses; the client closes on return.
-    return std::unique_ptr<GlooCommunicator>(new GlooCommunicator(
-        std::move(context), options.rank, options.world_size, options.timeout));
+    return std::unique_ptr<GlooCommunicator>(new GlooCommunicator(std::move(context), options));
   } catch (const std::exception& e) {
     return absl::Status(CodeForGlooError(e.what()), absl::StrCat(where, ": ", e.what()));
   }
 }
 
-GlooCommunicator::GlooCommunicator(std::shared_ptr<gloo::Context> context, int rank, int world_size,
-                                   std::chrono::milliseconds timeout)
-    : context_(std::move(context)), rank_(rank), world_size_(world_size), timeout_(timeout) {}
+GlooCommunicator::GlooCommunicator(std::shared_ptr<gloo::Context> context,
+                                   const GlooCommunicatorOptions& options)
+    : context_(std::move(context)),
+      rank_(options.rank),
+      world_size_(options.world_size),
+      timeout_(options.timeout),
+      gather_allreduce_max_bytes_(options.gather_allreduce_max_bytes) {}
 
 GlooCommunicator::~GlooCommunicator() = default;
 
@@ -126,6 +129,22 @@ absl::Status GlooCommunicator::Guarded(const char* op, size_t bytes, Fn&& body) 
 absl::Status GlooCommunicator::AllReduceSum(float* data, size_t count) {
   return Guarded("AllReduceSum", count * sizeof(float), [&] {
     if (count == 0 || world_size_ == 1) return;
+    const size_t ranks = static_cast<size_t>(world_size_);
+    if (count * sizeof(float) <= gather_allreduce_max_bytes_) {
+      gathered_.resize(count * ranks);
+      gloo::AllgatherOptions opts(context_);
+      opts.setInput(data, count);
+      opts.setOutput(gathered_.data(), count * ranks);
+      opts.setTimeout(timeout_);
+      gloo::allgather(opts);
+      // Rank order on every rank, so every rank gets the same bits.
+      std::memcpy(data, gathered_.data(), count * sizeof(float));
+      for (size_t r = 1; r < ranks; ++r) {
+        const float* part = gathered_.data() + r * count;
+        for (size_t i = 0; i < count; ++i) data[i] += part[i];
+      }
+      return;
+    }
     gloo::AllreduceOptions opts(context_);
     opts.setOutput(data, count);
     opts.setReduceFunction(

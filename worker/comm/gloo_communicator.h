@@ -6,6 +6,7 @@
 #include <memory>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
@@ -33,11 +34,18 @@ struct GlooCommunicatorOptions {
   std::string bind_host = "127.0.0.1";
   // Bounds rendezvous, connecting and each collective.
   std::chrono::milliseconds timeout{30000};
+  // An all-reduce of at most this many bytes per rank is an all-gather and a sum in rank
+  // order; a larger one is Gloo's ring (0: always the ring).
+  size_t gather_allreduce_max_bytes = 32 << 10;
 };
 
-// Collectives over Gloo's TCP transport (CPU builds). Gloo uses ring algorithms, so unlike
-// LocalCommunicator the all-reduce does not sum in rank order: results are identical on
-// every rank but may differ from a rank-order sum in the last bits. Gloo exceptions become
+// Collectives over Gloo's TCP transport (CPU builds). A small all-reduce is an all-gather
+// and a sum in rank order; a large one is Gloo's ring, whose results are identical on
+// every rank but may differ from a rank-order sum in the last bits. Why the all-gather:
+// each step of Gloo's ring waits for the peer to post its receive, so a two-rank ring
+// all-reduce pays the link's latency about five times, the all-gather about three times
+// (tests/netfault measures both); it sends (ranks - 1) times the ring's bytes, which only
+// small messages can afford. Gloo exceptions become
 // absl errors naming the op; after any failure the communicator closes its connections
 // (so peers blocked on it fail promptly instead of waiting out their timeout) and every
 // later call fails fast. Not thread-safe: one thread drives one rank.
@@ -59,8 +67,7 @@ class GlooCommunicator final : public Communicator {
   bool aborted() const override { return aborted_.load(std::memory_order_acquire); }
 
  private:
-  GlooCommunicator(std::shared_ptr<gloo::Context> context, int rank, int world_size,
-                   std::chrono::milliseconds timeout);
+  GlooCommunicator(std::shared_ptr<gloo::Context> context, const GlooCommunicatorOptions& options);
   // Runs `body`, mapping a gloo exception (or an earlier abort) to an error for `op`.
   template <typename Fn>
   absl::Status Guarded(const char* op, size_t bytes, Fn&& body);
@@ -69,8 +76,10 @@ class GlooCommunicator final : public Communicator {
   const int rank_;
   const int world_size_;
   const std::chrono::milliseconds timeout_;
+  const size_t gather_allreduce_max_bytes_;
   std::atomic<bool> aborted_{false};
   std::string abort_reason_;
+  std::vector<float> gathered_;  // The all-gather all-reduce's buffer, kept between calls.
 };
 
 }  // namespace tessera

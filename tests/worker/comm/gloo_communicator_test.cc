@@ -237,24 +237,40 @@ TEST(GlooCommunicatorTest, DISABLED_TwoProcessesChildRank) {
 }
 
 // Latency probe, not a test: run with --gtest_also_run_disabled_tests.
+// Both all-reduce paths side by side, by size (the threshold's evidence):
+// --gtest_also_run_disabled_tests --gtest_filter='*AllReduceLatency'.
 TEST(GlooCommunicatorTest, DISABLED_AllReduceLatency) {
   auto server = KvStoreServer::Start("127.0.0.1", 0);
   ASSERT_TRUE(server.ok()) << server.status();
-  auto comms = MakeGroup(**server, "latency", 2, milliseconds(20000));
-  ASSERT_EQ(comms.size(), 2u);
-  for (size_t bytes : {size_t{8} << 10, size_t{256} << 10}) {
+  for (size_t bytes : {size_t{4} << 10, size_t{16} << 10, size_t{32} << 10, size_t{64} << 10,
+                       size_t{256} << 10}) {
     const size_t count = bytes / sizeof(float);
-    constexpr int kIters = 500;
-    std::vector<std::vector<float>> data(2, std::vector<float>(count, 1.0f));
-    std::vector<double> us(2);
-    RunRanks(2, [&](int r) -> absl::Status {
-      for (int i = 0; i < 20; ++i) (void)comms[r]->AllReduceSum(data[r].data(), count);
-      const auto start = Clock::now();
-      for (int i = 0; i < kIters; ++i) (void)comms[r]->AllReduceSum(data[r].data(), count);
-      us[r] = std::chrono::duration<double, std::micro>(Clock::now() - start).count() / kIters;
-      return absl::OkStatus();
-    });
-    std::printf("gloo all-reduce 2 ranks %zu KiB: %.1f us\n", bytes >> 10, us[0]);
+    for (size_t gather_max : {size_t{0}, bytes}) {
+      std::vector<std::unique_ptr<GlooCommunicator>> comms(2);
+      RunRanks(2, [&](int r) -> absl::Status {
+        GlooCommunicatorOptions options = Options(**server, absl::StrCat("latency", bytes, "-", gather_max), r, 2,
+                                                  milliseconds(20000));
+        options.gather_allreduce_max_bytes = gather_max;
+        auto comm = GlooCommunicator::Create(options);
+        if (!comm.ok()) return comm.status();
+        comms[r] = std::move(*comm);
+        return absl::OkStatus();
+      });
+      ASSERT_NE(comms[0], nullptr);
+      ASSERT_NE(comms[1], nullptr);
+      constexpr int kIters = 300;
+      std::vector<std::vector<float>> data(2, std::vector<float>(count, 1.0f));
+      std::vector<double> us(2);
+      RunRanks(2, [&](int r) -> absl::Status {
+        for (int i = 0; i < 20; ++i) (void)comms[r]->AllReduceSum(data[r].data(), count);
+        const auto start = Clock::now();
+        for (int i = 0; i < kIters; ++i) (void)comms[r]->AllReduceSum(data[r].data(), count);
+        us[r] = std::chrono::duration<double, std::micro>(Clock::now() - start).count() / kIters;
+        return absl::OkStatus();
+      });
+      std::printf("gloo all-reduce 2 ranks %zu KiB, %s: %.1f us\n", bytes >> 10,
+                  gather_max == 0 ? "ring" : "all-gather + sum", us[0]);
+    }
   }
 }
 

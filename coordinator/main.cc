@@ -111,6 +111,11 @@ int main(int argc, char** argv) {
   flags.Int("max-model-len", &max_model_len, "Context limit (0: the model's max_position_embeddings).");
   flags.Float("kv-memory-fraction", &kv_memory_fraction, "Share of a worker's free memory after loading given to the KV cache.");
   flags.Int("kv-memory-mb", &kv_memory_mb, "Fixed KV-cache budget per worker in MiB (overrides the fraction).");
+  double kv_host_cache_gb = 0;
+  flags.Float("kv-host-cache-gb", &kv_host_cache_gb,
+              "Host memory per worker, in GiB, for a second KV tier (0: none): prefix-cache blocks evicted from the "
+              "device pool are kept there and loaded back on a prefix hit instead of recomputed, as vLLM's CPU "
+              "offloading and SGLang's HiCache. Needs prefix caching.");
   double gpu_memory_utilization = 0;
   flags.Float("gpu-memory-utilization", &gpu_memory_utilization,
               "Share of each worker's device memory (the host's RAM on the CPU backend), in (0, 1], that it may "
@@ -227,6 +232,10 @@ int main(int argc, char** argv) {
   if (policy != "fcfs" && policy != "priority") return Fail(absl::StrCat("--policy must be fcfs or priority, got ", policy));
   if (!(gpu_memory_utilization >= 0 && gpu_memory_utilization <= 1)) {
     return Fail(absl::StrCat("--gpu-memory-utilization must be in (0, 1] (0: unset), got ", gpu_memory_utilization));
+  }
+  if (!(kv_host_cache_gb >= 0)) return Fail(absl::StrCat("--kv-host-cache-gb must be >= 0, got ", kv_host_cache_gb));
+  if (kv_host_cache_gb > 0 && no_prefix_caching) {
+    return Fail("--kv-host-cache-gb keeps prefix-cache blocks, so it needs prefix caching (drop --no-prefix-caching)");
   }
   if (gpu_memory_utilization > 0 && kv_memory_mb > 0) {
     tessera::Log(tessera::LogLevel::kWarning, "tessera-coordinator",
@@ -361,6 +370,7 @@ int main(int argc, char** argv) {
   co.group.block_size = static_cast<int>(block_size);
   co.group.kv_memory_fraction = kv_memory_fraction;
   co.group.kv_memory_bytes = static_cast<uint64_t>(kv_memory_mb) << 20;
+  co.group.kv_host_cache_bytes = static_cast<uint64_t>(std::max(kv_host_cache_gb, 0.0) * (1ull << 30));
   co.group.gpu_memory_utilization = gpu_memory_utilization;
   co.group.max_num_seqs = static_cast<int>(max_num_seqs);
   co.group.max_num_tokens = static_cast<int>(max_num_batched_tokens);

@@ -325,7 +325,7 @@ void ClusterManager::FormLoop() {
       Event("formed");
     }
     LogStartup(replica, group->startup());
-    engine_->AddReplica(std::move(group), capacity->num_blocks);
+    engine_->AddReplica(std::move(group), capacity->num_blocks, capacity->num_host_blocks);
     // Give the engine a moment to publish the replica before forming the next one.
     for (int i = 0; i < 50; ++i) {
       bool seen = false;

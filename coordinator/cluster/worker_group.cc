@@ -1,6 +1,7 @@
 #include "coordinator/cluster/worker_group.h"
 
 #include <algorithm>
+#include <limits>
 #include <thread>
 
 #include "absl/strings/str_cat.h"
@@ -142,6 +143,10 @@ absl::StatusOr<GroupCapacity> WorkerGroup::Form(uint64_t generation,
   GroupCapacity cap;
   cap.num_blocks = static_cast<int>(last[0].num_blocks());
   for (const auto& p : last) cap.num_blocks = std::min(cap.num_blocks, static_cast<int>(p.num_blocks()));
+  uint64_t max_bytes_per_block = 1;
+  for (const auto& p : last) max_bytes_per_block = std::max<uint64_t>(max_bytes_per_block, p.kv_bytes_per_block());
+  cap.num_host_blocks = static_cast<int>(
+      std::min<uint64_t>(options_.kv_host_cache_bytes / max_bytes_per_block, std::numeric_limits<int32_t>::max()));
   cap.weight_bytes = last[0].weight_bytes();
   cap.model_name = last[0].model_name();
   cap.dtype = last[0].dtype();
@@ -157,6 +162,7 @@ absl::StatusOr<GroupCapacity> WorkerGroup::Form(uint64_t generation,
     req.set_block_size(options_.block_size);
     req.set_max_num_seqs(options_.max_num_seqs);
     req.set_max_num_tokens(options_.max_num_tokens);
+    req.set_num_host_blocks(cap.num_host_blocks);
     grpc::ClientContext ctx;
     ctx.set_deadline(In(std::chrono::minutes(5)));
     return FromGrpcStatus(stubs_[r]->InitCache(&ctx, req, &cached[r]));

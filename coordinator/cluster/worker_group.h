@@ -32,6 +32,7 @@ struct ReplicaStartup {
 // What the coordinator learned from a group's ranks after loading.
 struct GroupCapacity {
   int num_blocks = 0;        // Minimum over ranks.
+  int num_host_blocks = 0;   // Host-tier slots every rank holds (GroupOptions::kv_host_cache_bytes).
   uint64_t weight_bytes = 0; // Rank 0's.
   std::string model_name;
   std::string dtype;
@@ -42,6 +43,9 @@ struct GroupOptions {
   int block_size = 16;
   double kv_memory_fraction = 0.5;
   uint64_t kv_memory_bytes = 0;  // Per rank; 0: use the fraction.
+  // Host memory per rank for the host KV tier (0: none): blocks evicted from the device
+  // pool are kept there and loaded back on a prefix hit.
+  uint64_t kv_host_cache_bytes = 0;
   // vLLM's --gpu-memory-utilization (see v1::LoadShardRequest); 0: use the fraction.
   double gpu_memory_utilization = 0;
   int max_blocks = 0;            // Cap (what max_num_seqs full contexts need); 0: none.

@@ -43,8 +43,8 @@ void Engine::Post(Message m) {
   inbox_.push_back(std::move(m));
 }
 
-void Engine::AddReplica(std::unique_ptr<WorkerGroup> group, int num_blocks) {
-  Post(ReplicaAdded{std::move(group), num_blocks});
+void Engine::AddReplica(std::unique_ptr<WorkerGroup> group, int num_blocks, int num_host_blocks) {
+  Post(ReplicaAdded{std::move(group), num_blocks, num_host_blocks});
 }
 
 void Engine::FailReplica(int replica, absl::Status reason) {
@@ -221,6 +221,7 @@ void Engine::Handle(ReplicaAdded& m) {
   config.max_num_waiting_tokens = options_.max_queued_tokens;
   config.priority_aging_arrivals = options_.priority_aging_arrivals;
   config.num_speculative_tokens = options_.num_speculative_tokens;
+  config.num_host_blocks = m.num_host_blocks;
   auto scheduler = sched::Scheduler::Create(config);
   if (!scheduler.ok()) {
     std::fprintf(stderr, "tessera-coordinator: replica %d: %s\n", index,
@@ -234,8 +235,8 @@ void Engine::Handle(ReplicaAdded& m) {
   if (replicas_[index] != nullptr && replicas_[index]->call.valid()) replicas_[index]->call.wait();
   replicas_[index] = std::move(r);
   num_ready_.fetch_add(1);
-  std::fprintf(stderr, "tessera-coordinator: replica %d ready (tp=%d, %d KV blocks)\n", index,
-               replicas_[index]->group->world_size(), m.num_blocks);
+  std::fprintf(stderr, "tessera-coordinator: replica %d ready (tp=%d, %d KV blocks, %d in the host tier)\n", index,
+               replicas_[index]->group->world_size(), m.num_blocks, m.num_host_blocks);
   if (options_.metrics != nullptr) {
     options_.metrics->ReplicaAdded(index, replicas_[index]->group->world_size());
     StartWarmup(*replicas_[index]);

@@ -88,7 +88,7 @@ class Engine {
   ~Engine();
 
   // Starts serving on a newly formed group; replaces a failed replica of the same index.
-  void AddReplica(std::unique_ptr<WorkerGroup> group, int num_blocks);
+  void AddReplica(std::unique_ptr<WorkerGroup> group, int num_blocks, int num_host_blocks = 0);
   // Fails every request of the replica with `reason` (UNAVAILABLE) and stops using it.
   void FailReplica(int replica, absl::Status reason);
 
@@ -158,6 +158,7 @@ class Engine {
   struct ReplicaAdded {
     std::unique_ptr<WorkerGroup> group;
     int num_blocks;
+    int num_host_blocks;
   };
   struct ReplicaFailed {
     int replica;

@@ -85,6 +85,14 @@ EngineMetrics::EngineMetrics(EngineMetricsConfig config)
   waiting_ = Gauge(r, "tessera_num_requests_waiting", "Sequences waiting to be scheduled.");
   kv_usage_ = Gauge(r, "tessera_kv_cache_usage_ratio", "Share of usable KV-cache blocks in use (0-1).");
   kv_free_blocks_ = Gauge(r, "tessera_kv_cache_free_blocks", "Free KV-cache blocks.");
+  host_hits_ = Count(r, "tessera_kv_host_tier_hits_tokens_total",
+                     "Prompt tokens loaded from the host KV tier instead of recomputed (also counted in "
+                     "tessera_prefix_cache_hits_tokens_total).");
+  host_saved_ = Count(r, "tessera_kv_host_tier_saved_blocks_total",
+                      "KV blocks evicted from the device pool and saved to the host tier.");
+  host_loaded_ = Count(r, "tessera_kv_host_tier_loaded_blocks_total", "KV blocks loaded from the host tier.");
+  host_blocks_ = Gauge(r, "tessera_kv_host_tier_blocks", "Host-tier KV blocks holding a cached block.");
+  host_capacity_ = Gauge(r, "tessera_kv_host_tier_capacity_blocks", "Host-tier KV blocks in all (0: no host tier).");
   workers_live_ = &Gauge(r, "tessera_workers_live", "Workers in formed, healthy groups.")->Add({{"model", config_.model}});
   groups_complete_ = &Gauge(r, "tessera_groups_complete", "Replicas whose group is formed and healthy.")
                           ->Add({{"model", config_.model}});
@@ -136,6 +144,11 @@ EngineMetrics::PerReplica& EngineMetrics::Replica(int replica) {
   p.waiting = &waiting_->Add(l);
   p.kv_usage = &kv_usage_->Add(l);
   p.kv_free_blocks = &kv_free_blocks_->Add(l);
+  p.host_hits = &host_hits_->Add(l);
+  p.host_saved = &host_saved_->Add(l);
+  p.host_loaded = &host_loaded_->Add(l);
+  p.host_blocks = &host_blocks_->Add(l);
+  p.host_capacity = &host_capacity_->Add(l);
   return replicas_.emplace(replica, p).first->second;
 }
 
@@ -219,6 +232,11 @@ void EngineMetrics::UpdateScheduler(int replica, const sched::SchedulerStats& s)
   advance(p.preemptions, s.num_preemptions, p.seen_preemptions);
   advance(p.prefix_queries, s.prefix_cache_queried_tokens, p.seen_queried);
   advance(p.prefix_hits, s.prefix_cache_hit_tokens, p.seen_hits);
+  advance(p.host_hits, s.host_tier_hit_tokens, p.seen_host_hits);
+  advance(p.host_saved, s.host_tier_saved_blocks, p.seen_host_saved);
+  advance(p.host_loaded, s.host_tier_loaded_blocks, p.seen_host_loaded);
+  p.host_blocks->Set(s.num_host_blocks_used);
+  p.host_capacity->Set(s.num_host_blocks);
 }
 
 void EngineMetrics::RequestRejected(absl::string_view reason, absl::string_view protocol) {

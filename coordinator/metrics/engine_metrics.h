@@ -102,10 +102,18 @@ class EngineMetrics {
     prometheus::Gauge* waiting;
     prometheus::Gauge* kv_usage;
     prometheus::Gauge* kv_free_blocks;
+    prometheus::Counter* host_hits;
+    prometheus::Counter* host_saved;
+    prometheus::Counter* host_loaded;
+    prometheus::Gauge* host_blocks;
+    prometheus::Gauge* host_capacity;
     // Scheduler counters seen last; a new scheduler (re-formed replica) starts at zero.
     int64_t seen_preemptions = 0;
     int64_t seen_queried = 0;
     int64_t seen_hits = 0;
+    int64_t seen_host_hits = 0;
+    int64_t seen_host_saved = 0;
+    int64_t seen_host_loaded = 0;
   };
   PerReplica& Replica(int replica);
   void UpdateGroupGauges();
@@ -140,6 +148,11 @@ class EngineMetrics {
   prometheus::Family<prometheus::Gauge>* waiting_;
   prometheus::Family<prometheus::Gauge>* kv_usage_;
   prometheus::Family<prometheus::Gauge>* kv_free_blocks_;
+  prometheus::Family<prometheus::Counter>* host_hits_;
+  prometheus::Family<prometheus::Counter>* host_saved_;
+  prometheus::Family<prometheus::Counter>* host_loaded_;
+  prometheus::Family<prometheus::Gauge>* host_blocks_;
+  prometheus::Family<prometheus::Gauge>* host_capacity_;
   prometheus::Gauge* workers_live_;
   prometheus::Gauge* groups_complete_;
   prometheus::Gauge* pending_workers_;

@@ -23,6 +23,9 @@ struct KVCacheBlock {
   // chain, not only the hash: a reused parent gets a new cache_id, orphaning its children.
   uint64_t cache_id = 0;
   uint64_t parent_cache_id = 0;
+  // DefaultBlockHash chained over the whole prefix, whatever hash the pool uses: what the
+  // host tier knows this content by once it has left the pool (set with block_hash).
+  uint64_t prefix_key = 0;
   // Intrusive free-list links; both null when the block is not in the free list.
   KVCacheBlock* prev_free = nullptr;
   KVCacheBlock* next_free = nullptr;

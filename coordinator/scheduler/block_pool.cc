@@ -69,7 +69,7 @@ std::optional<BlockId> BlockPool::FindCached(uint64_t hash, BlockId parent,
 }
 
 void BlockPool::CacheBlock(BlockId id, uint64_t hash, BlockId parent,
-                           absl::Span<const int32_t> tokens) {
+                           absl::Span<const int32_t> tokens, uint64_t prefix_key) {
   KVCacheBlock& block = blocks_[id];
   Check(block.ref_cnt > 0 && !block.block_hash.has_value(), "caching a free or cached block",
         id);
@@ -79,6 +79,7 @@ void BlockPool::CacheBlock(BlockId id, uint64_t hash, BlockId parent,
   block.block_hash = hash;
   block.cache_id = next_cache_id_++;
   block.parent_cache_id = parent == kNullBlock ? 0 : blocks_[parent].cache_id;
+  block.prefix_key = prefix_key;
   std::copy(tokens.begin(), tokens.end(), &block_tokens_[static_cast<size_t>(id) * block_size_]);
   cached_blocks_[hash].push_back(id);
   ++num_cached_blocks_;
@@ -97,9 +98,14 @@ void BlockPool::Evict(KVCacheBlock& block) {
   Check(pos != ids.end(), "cached block missing from its hash bucket", block.id);
   ids.erase(pos);
   if (ids.empty()) cached_blocks_.erase(it);
+  if (keep_evicted_) {
+    const int32_t* tokens = &block_tokens_[static_cast<size_t>(block.id) * block_size_];
+    evicted_.push_back({block.id, block.prefix_key, std::vector<int32_t>(tokens, tokens + block_size_)});
+  }
   block.block_hash.reset();
   block.cache_id = 0;
   block.parent_cache_id = 0;
+  block.prefix_key = 0;
   --num_cached_blocks_;
 }
 

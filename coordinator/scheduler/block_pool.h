@@ -3,6 +3,7 @@
 
 #include <cstdint>
 #include <optional>
+#include <utility>
 #include <vector>
 
 #include "absl/container/flat_hash_map.h"
@@ -18,6 +19,13 @@ namespace tessera::sched {
 // eviction). Not thread-safe: the scheduler's owner thread is its only user.
 class BlockPool {
  public:
+  // A cached block whose content Allocate gave up, for the host tier to keep.
+  struct Evicted {
+    BlockId id;
+    uint64_t prefix_key;
+    std::vector<int32_t> tokens;
+  };
+
   // Blocks 1..num_blocks-1 start free, in id order; block 0 is reserved.
   BlockPool(int num_blocks, int block_size);
   BlockPool(const BlockPool&) = delete;
@@ -36,8 +44,10 @@ class BlockPool {
   // block), or nullopt. The hash only narrows the search; tokens and parent confirm it.
   std::optional<BlockId> FindCached(uint64_t hash, BlockId parent,
                                     absl::Span<const int32_t> tokens) const;
-  // Records a full block (ref_cnt > 0, not yet cached) in the prefix-cache index.
-  void CacheBlock(BlockId id, uint64_t hash, BlockId parent, absl::Span<const int32_t> tokens);
+  // Records a full block (ref_cnt > 0, not yet cached) in the prefix-cache index;
+  // `prefix_key` is its KVCacheBlock::prefix_key.
+  void CacheBlock(BlockId id, uint64_t hash, BlockId parent, absl::Span<const int32_t> tokens,
+                  uint64_t prefix_key = 0);
 
   const KVCacheBlock& block(BlockId id) const { return blocks_[id]; }
   int block_size() const { return block_size_; }
@@ -49,6 +59,11 @@ class BlockPool {
   int num_cached_blocks() const { return num_cached_blocks_; }
   // Free-list ids from head (evicted next) to tail.
   std::vector<BlockId> FreeBlockIds() const { return free_queue_.Ids(); }
+
+  // Whether Allocate keeps what it evicts for TakeEvicted (off: nobody would take it).
+  void set_keep_evicted(bool keep) { keep_evicted_ = keep; }
+  // The cached blocks evicted since the last call, in order.
+  std::vector<Evicted> TakeEvicted() { return std::exchange(evicted_, {}); }
 
  private:
   void Evict(KVCacheBlock& block);
@@ -62,6 +77,8 @@ class BlockPool {
   absl::flat_hash_map<uint64_t, absl::InlinedVector<BlockId, 1>> cached_blocks_;
   int num_cached_blocks_ = 0;
   uint64_t next_cache_id_ = 1;
+  bool keep_evicted_ = false;
+  std::vector<Evicted> evicted_;
 };
 
 }  // namespace tessera::sched

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
+#include <utility>
 
 namespace tessera::sched {
 namespace {
@@ -17,11 +18,36 @@ void Check(bool ok, const char* what, SeqId seq) {
 }  // namespace
 
 KVCacheManager::KVCacheManager(int num_blocks, int block_size, bool enable_prefix_caching,
-                               BlockHashFn hash_fn)
+                               BlockHashFn hash_fn, int num_host_blocks)
     : block_size_(block_size),
       enable_prefix_caching_(enable_prefix_caching),
       hash_fn_(hash_fn != nullptr ? hash_fn : &DefaultBlockHash),
-      pool_(num_blocks, block_size) {}
+      pool_(num_blocks, block_size) {
+  if (enable_prefix_caching && num_host_blocks > 0) {
+    host_ = std::make_unique<HostBlockPool>(num_host_blocks, block_size);
+    pool_.set_keep_evicted(true);
+  }
+}
+
+HostTierCopies KVCacheManager::TakeHostTierCopies() { return std::exchange(copies_, {}); }
+
+void KVCacheManager::StepFailed(const HostTierCopies& copies) {
+  if (host_ == nullptr) return;
+  for (const KvCopy& c : copies.to_host) host_->Drop(c.host_slot);
+}
+
+void KVCacheManager::KeepEvicted() {
+  if (host_ == nullptr) return;
+  for (const BlockPool::Evicted& e : pool_.TakeEvicted()) {
+    const int held = host_->Find(e.prefix_key, e.tokens);
+    if (held >= 0) {
+      host_->Touch(held);
+      continue;
+    }
+    const int slot = host_->Store(e.prefix_key, e.tokens, step_);
+    if (slot >= 0) copies_.to_host.push_back({e.id, slot});
+  }
+}
 
 ComputedBlocks KVCacheManager::GetComputedBlocks(absl::Span<const int32_t> tokens) const {
   ComputedBlocks result;
@@ -30,7 +56,8 @@ ComputedBlocks KVCacheManager::GetComputedBlocks(absl::Span<const int32_t> token
   const int max_blocks = static_cast<int>(tokens.size() - 1) / block_size_;
   uint64_t hash = kRootBlockHash;
   BlockId parent = kNullBlock;
-  for (int i = 0; i < max_blocks; ++i) {
+  int i = 0;
+  for (; i < max_blocks; ++i) {
     absl::Span<const int32_t> block_tokens = tokens.subspan(i * block_size_, block_size_);
     hash = hash_fn_(hash, block_tokens);
     std::optional<BlockId> hit = pool_.FindCached(hash, parent, block_tokens);
@@ -38,7 +65,18 @@ ComputedBlocks KVCacheManager::GetComputedBlocks(absl::Span<const int32_t> token
     result.block_ids.push_back(*hit);
     parent = *hit;
   }
-  result.num_tokens = static_cast<int>(result.block_ids.size()) * block_size_;
+  // The host tier continues where the device pool's hits end.
+  if (host_ != nullptr) {
+    uint64_t key = parent == kNullBlock ? kRootBlockHash : pool_.block(parent).prefix_key;
+    for (; i < max_blocks; ++i) {
+      absl::Span<const int32_t> block_tokens = tokens.subspan(i * block_size_, block_size_);
+      key = DefaultBlockHash(key, block_tokens);
+      const int slot = host_->Find(key, block_tokens);
+      if (slot < 0) break;
+      result.host_slots.push_back(slot);
+    }
+  }
+  result.num_tokens = static_cast<int>(result.block_ids.size() + result.host_slots.size()) * block_size_;
   return result;
 }
 
@@ -46,8 +84,8 @@ int KVCacheManager::NumBlocksToAllocate(SeqId seq, int num_computed_tokens, int 
                                         const ComputedBlocks& computed) const {
   auto it = tables_.find(seq);
   const int num_held = it == tables_.end() ? 0 : static_cast<int>(it->second.block_ids.size());
-  Check(computed.block_ids.empty() || num_held == 0, "prefix hits for a sequence with blocks",
-        seq);
+  Check((computed.block_ids.empty() && computed.host_slots.empty()) || num_held == 0,
+        "prefix hits for a sequence with blocks", seq);
   const int num_required = NumBlocksFor(num_computed_tokens + num_new_tokens);
   const int num_new_blocks =
       std::max(0, num_required - num_held - static_cast<int>(computed.block_ids.size()));
@@ -68,6 +106,8 @@ bool KVCacheManager::AllocateSlots(SeqId seq, int num_computed_tokens, int num_n
       NumBlocksToAllocate(seq, num_computed_tokens, num_new_tokens, computed);
   if (num_new_blocks < 0) return false;
   if (num_new_blocks == 0 && computed.block_ids.empty()) return true;
+  // Before anything is evicted: a save must not take a slot this step loads from.
+  for (int slot : computed.host_slots) host_->Use(slot, step_);
   SeqBlocks& table = tables_[seq];
   if (!computed.block_ids.empty()) {
     pool_.Touch(computed.block_ids);
@@ -76,6 +116,12 @@ bool KVCacheManager::AllocateSlots(SeqId seq, int num_computed_tokens, int num_n
   }
   // Cannot fail: NumBlocksToAllocate counted the free blocks after the touches.
   Check(pool_.Allocate(num_new_blocks, &table.block_ids), "allocation after a passed check", seq);
+  KeepEvicted();
+  // The host hits go into the first fresh blocks; the workers save before they load, so
+  // a block whose old content was just saved can take a hit in the same step.
+  for (size_t i = 0; i < computed.host_slots.size(); ++i) {
+    copies_.from_host.push_back({table.block_ids[computed.block_ids.size() + i], computed.host_slots[i]});
+  }
   return true;
 }
 
@@ -94,8 +140,13 @@ void KVCacheManager::CacheFullBlocks(SeqId seq, absl::Span<const int32_t> tokens
     const uint64_t parent_hash =
         i == 0 ? kRootBlockHash : *pool_.block(parent).block_hash;
     absl::Span<const int32_t> block_tokens = tokens.subspan(i * block_size_, block_size_);
-    pool_.CacheBlock(table.block_ids[i], hash_fn_(parent_hash, block_tokens), parent,
-                     block_tokens);
+    const uint64_t hash = hash_fn_(parent_hash, block_tokens);
+    uint64_t prefix_key = 0;
+    if (host_ != nullptr) {
+      const uint64_t parent_key = i == 0 ? kRootBlockHash : pool_.block(parent).prefix_key;
+      prefix_key = hash_fn_ == &DefaultBlockHash ? hash : DefaultBlockHash(parent_key, block_tokens);
+    }
+    pool_.CacheBlock(table.block_ids[i], hash, parent, block_tokens, prefix_key);
   }
   table.num_cached_blocks = std::max(table.num_cached_blocks, num_full);
 }

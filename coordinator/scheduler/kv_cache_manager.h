@@ -2,6 +2,7 @@
 #define TESSERA_COORDINATOR_SCHEDULER_KV_CACHE_MANAGER_H_
 
 #include <cstdint>
+#include <memory>
 #include <vector>
 
 #include "absl/container/flat_hash_map.h"
@@ -9,22 +10,37 @@
 #include "coordinator/scheduler/block.h"
 #include "coordinator/scheduler/block_hash.h"
 #include "coordinator/scheduler/block_pool.h"
+#include "coordinator/scheduler/host_block_pool.h"
+#include "coordinator/scheduler/step_plan.h"
 
 namespace tessera::sched {
 
-// Prefix-cache hits for a sequence that holds no blocks yet.
+// Prefix-cache hits for a sequence that holds no blocks yet: blocks of the device pool,
+// then host-tier slots that continue the prefix (loaded into fresh blocks).
 struct ComputedBlocks {
   std::vector<BlockId> block_ids;
-  int num_tokens = 0;  // block_ids.size() * block_size
+  std::vector<int> host_slots;
+  int num_tokens = 0;  // (block_ids.size() + host_slots.size()) * block_size
 };
+
 
 // Block tables of the sequences of one replica, on top of its BlockPool, plus the prefix
 // cache. Tables are append-only until the sequence is freed.
 class KVCacheManager {
  public:
-  // `hash_fn` null means DefaultBlockHash.
+  // `hash_fn` null means DefaultBlockHash. `num_host_blocks` > 0 (with prefix caching)
+  // adds a host-memory tier of that many blocks: cached blocks evicted from the device
+  // pool are saved there, and a prefix found there is loaded instead of recomputed.
   KVCacheManager(int num_blocks, int block_size, bool enable_prefix_caching = true,
-                 BlockHashFn hash_fn = nullptr);
+                 BlockHashFn hash_fn = nullptr, int num_host_blocks = 0);
+
+  // Starts planning step `step`: host slots loaded from in it are not reused in it.
+  void BeginStep(int64_t step) { step_ = step; }
+  // The copies the allocations since the last call need, for the step being planned.
+  HostTierCopies TakeHostTierCopies();
+  // The step that carried `copies` failed, so its saves may not have happened: their
+  // slots are forgotten.
+  void StepFailed(const HostTierCopies& copies);
 
   // The longest run of cached full blocks that prefixes `tokens`. The block holding the
   // last token is never a hit, so at least one token is always computed.
@@ -51,6 +67,7 @@ class KVCacheManager {
   std::vector<int64_t> SlotMapping(SeqId seq, int start, int num_tokens) const;
 
   const BlockPool& pool() const { return pool_; }
+  const HostBlockPool* host_pool() const { return host_.get(); }
   int block_size() const { return block_size_; }
   int num_free_blocks() const { return pool_.num_free_blocks(); }
   double usage() const { return pool_.usage(); }
@@ -69,10 +86,16 @@ class KVCacheManager {
   int NumBlocksToAllocate(SeqId seq, int num_computed_tokens, int num_new_tokens,
                           const ComputedBlocks& computed) const;
 
+  // Saves what the pool evicted to the host tier (when it has no copy yet).
+  void KeepEvicted();
+
   const int block_size_;
   const bool enable_prefix_caching_;
   const BlockHashFn hash_fn_;
   BlockPool pool_;
+  std::unique_ptr<HostBlockPool> host_;  // Null: no host tier.
+  int64_t step_ = 0;
+  HostTierCopies copies_;
   absl::flat_hash_map<SeqId, SeqBlocks> tables_;
 };
 

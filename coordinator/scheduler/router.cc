@@ -12,10 +12,12 @@ Router::Router(std::vector<Scheduler*> replicas, RouterOptions options)
 double Router::Cost(int replica, absl::Span<const int32_t> prompt_token_ids) const {
   const Scheduler& scheduler = *replicas_[replica];
   const KVCacheManager& kv = scheduler.kv_cache_manager();
+  const ComputedBlocks hits = kv.GetComputedBlocks(prompt_token_ids);
+  const int num_host_hits = static_cast<int>(hits.host_slots.size());
   const int num_to_compute = kv.NumBlocksFor(static_cast<int>(prompt_token_ids.size())) -
-                             scheduler.NumCachedPrefixBlocks(prompt_token_ids);
+                             static_cast<int>(hits.block_ids.size()) - num_host_hits;
   const int load = kv.pool().num_used_blocks() + scheduler.num_queued_prompt_blocks();
-  return num_to_compute + options_.load_weight * load;
+  return num_to_compute + options_.host_hit_cost * num_host_hits + options_.load_weight * load;
 }
 
 int Router::Route(absl::Span<const int32_t> prompt_token_ids) const {

@@ -13,11 +13,15 @@ namespace tessera::sched {
 struct RouterOptions {
   // Blocks of load worth one block of prefill; higher spreads load, lower chases prefixes.
   double load_weight = 1.0;
+  // What loading one block from the host tier costs, in blocks of prefill: a copy of its
+  // KV instead of a forward pass over its tokens.
+  double host_hit_cost = 0.1;
 };
 
 // KV-aware routing between replicas, each with its own scheduler and block pool. A
 // sequence stays on the replica it was routed to for its whole life.
 //   cost = (prompt blocks minus that replica's prefix-cache hits)
+//        + host_hit_cost * (the hits in its host tier, counted as hits above)
 //        + load_weight * (blocks in use + blocks its queued prompts need)
 // The lowest cost wins; ties go to the lower index.
 class Router {

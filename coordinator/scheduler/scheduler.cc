@@ -48,6 +48,9 @@ absl::StatusOr<std::unique_ptr<Scheduler>> Scheduler::Create(SchedulerConfig con
     return absl::InvalidArgumentError(
         absl::StrCat("num_speculative_tokens is ", config.num_speculative_tokens, "; must be >= 0"));
   }
+  if (config.num_host_blocks < 0) {
+    return absl::InvalidArgumentError(absl::StrCat("num_host_blocks is ", config.num_host_blocks, "; must be >= 0"));
+  }
   if (config.long_prefill_token_threshold < 0 || config.max_model_len < 0) {
     return absl::InvalidArgumentError(
         absl::StrCat("long_prefill_token_threshold (", config.long_prefill_token_threshold,
@@ -59,7 +62,7 @@ absl::StatusOr<std::unique_ptr<Scheduler>> Scheduler::Create(SchedulerConfig con
 Scheduler::Scheduler(SchedulerConfig config)
     : config_(std::move(config)),
       kv_(config_.num_blocks, config_.block_size, config_.enable_prefix_caching,
-          config_.block_hash_fn) {}
+          config_.block_hash_fn, config_.num_host_blocks) {}
 
 absl::Status Scheduler::AddRequest(Request request) {
   const SeqId id = request.seq_id;
@@ -125,6 +128,7 @@ StepPlan Scheduler::Schedule() {
   Check(!step_in_flight_, "Schedule() called before Update() or FailStep() of the last step");
   StepPlan plan;
   plan.step_id = ++step_id_;
+  kv_.BeginStep(step_id_);
   plan.finished_ids = std::move(pending_finished_ids_);
   pending_finished_ids_.clear();
   scheduled_.clear();
@@ -135,6 +139,10 @@ StepPlan Scheduler::Schedule() {
   // Blocks ran out for running sequences: admitting more would only thrash.
   if (!preempted) ScheduleWaiting(budget);
   BuildPlan(plan);
+  plan.host_copies = kv_.TakeHostTierCopies();
+  counters_.host_tier_saved_blocks += static_cast<int64_t>(plan.host_copies.to_host.size());
+  counters_.host_tier_loaded_blocks += static_cast<int64_t>(plan.host_copies.from_host.size());
+  in_flight_copies_ = plan.host_copies;
   step_in_flight_ = true;
   return plan;
 }
@@ -227,13 +235,15 @@ void Scheduler::ScheduleWaiting(int& budget) {
     num_queued_tokens_ -= seq->num_tokens();
     seq->num_computed_tokens = hits.num_tokens;
     if (seq->num_cached_tokens < 0) seq->num_cached_tokens = hits.num_tokens;
+    const int host_hit_tokens = static_cast<int>(hits.host_slots.size()) * config_.block_size;
     if (config_.enable_prefix_caching) {
       counters_.prefix_cache_queried_tokens += seq->num_tokens();
       counters_.prefix_cache_hit_tokens += hits.num_tokens;
+      counters_.host_tier_hit_tokens += host_hit_tokens;
     }
     seq->status = SequenceStatus::kRunning;
     InsertRunning(seq);
-    scheduled_.push_back({seq, n, !seq->known_to_workers});
+    scheduled_.push_back({seq, n, !seq->known_to_workers, 0, host_hit_tokens > 0});
     budget -= n;
   }
 }
@@ -273,7 +283,7 @@ void Scheduler::BuildPlan(StepPlan& plan) {
       seq.num_blocks_sent = static_cast<int>(table.size());
       seq.num_tokens_sent = seq.num_tokens();
       plan.total_num_scheduled_tokens += s.num_tokens + s.lookahead;
-      in_flight_.push_back({seq.id, s.num_tokens, samples, s.lookahead, {}});
+      in_flight_.push_back({seq.id, s.num_tokens, samples, s.lookahead, s.loads_from_host, {}});
     }
   }
 }
@@ -362,7 +372,9 @@ absl::StatusOr<std::vector<SeqEvent>> Scheduler::Update(const StepResult& result
     // blocks hold are all in token_ids by now.
     const int bs = config_.block_size;
     const int computed = seq.num_computed_tokens + f.num_tokens + accepted;
-    const bool filled_a_block = computed / bs > seq.num_computed_tokens / bs;
+    // Blocks loaded from the host tier hold their KV now, so they join the device pool's
+    // prefix cache too.
+    const bool filled_a_block = computed / bs > seq.num_computed_tokens / bs || f.loads_from_host;
     seq.num_computed_tokens = std::min(computed, seq.num_tokens());
     if (filled_a_block) kv_.CacheFullBlocks(seq.id, seq.token_ids, seq.num_computed_tokens);
     if (!f.samples_token) continue;
@@ -382,6 +394,7 @@ absl::StatusOr<std::vector<SeqEvent>> Scheduler::Update(const StepResult& result
 std::vector<SeqEvent> Scheduler::FailStep() {
   std::vector<SeqEvent> events;
   if (!step_in_flight_) return events;
+  kv_.StepFailed(in_flight_copies_);
   for (const InFlight& f : in_flight_) {
     Sequence* seq = FindInFlight(f.seq_id);
     if (seq != nullptr) events.push_back(Release(*seq, FinishReason::kError));
@@ -420,11 +433,19 @@ SchedulerStats Scheduler::stats() const {
   s.num_free_blocks = kv_.num_free_blocks();
   s.num_usable_blocks = kv_.pool().num_usable_blocks();
   s.kv_cache_usage = kv_.usage();
+  if (const HostBlockPool* host = kv_.host_pool(); host != nullptr) {
+    s.num_host_blocks_used = host->num_used_slots();
+    s.num_host_blocks = host->num_slots();
+  }
   return s;
 }
 
 int Scheduler::NumCachedPrefixBlocks(absl::Span<const int32_t> tokens) const {
   return static_cast<int>(kv_.GetComputedBlocks(tokens).block_ids.size());
+}
+
+int Scheduler::NumHostPrefixBlocks(absl::Span<const int32_t> tokens) const {
+  return static_cast<int>(kv_.GetComputedBlocks(tokens).host_slots.size());
 }
 
 // A sequence of the step in flight that is still running. Finished ones are gone; one

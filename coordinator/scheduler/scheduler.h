@@ -42,6 +42,9 @@ struct SchedulerConfig {
   // counted in the token budget and the blocks it needs, for tokens the workers propose
   // (prompt lookup or a draft model) and verify in the same forward pass. 0: off.
   int num_speculative_tokens = 0;
+  // Blocks of the workers' host-memory KV tier (0: none; needs prefix caching): cached
+  // blocks evicted from the device pool are saved there and loaded back on a prefix hit.
+  int num_host_blocks = 0;
 };
 
 struct SchedulerStats {
@@ -54,6 +57,13 @@ struct SchedulerStats {
   int64_t prefix_cache_hit_tokens = 0;
   int64_t num_preemptions = 0;
   int64_t num_lookahead_slots = 0;  // Speculative slots reserved in all steps so far.
+  // The host tier: prompt tokens loaded from it (counted in prefix_cache_hit_tokens too),
+  // blocks saved to and loaded from it, and its slots in use and in all.
+  int64_t host_tier_hit_tokens = 0;
+  int64_t host_tier_saved_blocks = 0;
+  int64_t host_tier_loaded_blocks = 0;
+  int num_host_blocks_used = 0;
+  int num_host_blocks = 0;
 };
 
 // The scheduler of one replica. Each step: Schedule() builds a plan, the workers run it,
@@ -89,6 +99,8 @@ class Scheduler {
   // For the router: prefix blocks this replica already caches for `tokens`, and the
   // blocks the prompts in its waiting queue still need.
   int NumCachedPrefixBlocks(absl::Span<const int32_t> tokens) const;
+  // The same in the host tier, continuing the device pool's hits.
+  int NumHostPrefixBlocks(absl::Span<const int32_t> tokens) const;
   int num_queued_prompt_blocks() const { return num_queued_prompt_blocks_; }
   int64_t num_queued_tokens() const { return num_queued_tokens_; }
 
@@ -102,12 +114,14 @@ class Scheduler {
     int num_tokens;
     bool is_new;  // Not held by the workers: goes out as NewSeqData.
     int lookahead = 0;
+    bool loads_from_host = false;  // Its prefix hits include host-tier blocks.
   };
   struct InFlight {
     SeqId seq_id;
     int num_tokens;
     bool samples_token;
     int lookahead = 0;
+    bool loads_from_host = false;
     absl::InlinedVector<int32_t, 1> tokens;  // Filled from the step's result.
   };
 
@@ -141,6 +155,7 @@ class Scheduler {
   std::vector<Sequence*> running_;  // Scheduling order; preemption takes from the back.
   std::vector<Scheduled> scheduled_;
   std::vector<InFlight> in_flight_;
+  HostTierCopies in_flight_copies_;  // The host-tier copies of the step in flight.
   std::vector<SeqId> pending_finished_ids_;
   bool step_in_flight_ = false;
   int64_t step_id_ = 0;

@@ -41,6 +41,19 @@ struct CachedSeqData {
   int num_lookahead_tokens = 0;  // As in NewSeqData.
 };
 
+// One block's KV between the device pool and a host-tier slot.
+struct KvCopy {
+  BlockId block_id = kNullBlock;
+  int host_slot = 0;
+  bool operator==(const KvCopy&) const = default;
+};
+
+// What the workers copy at the start of a step: saves before loads.
+struct HostTierCopies {
+  std::vector<KvCopy> to_host;    // Evicted cached blocks kept in host memory.
+  std::vector<KvCopy> from_host;  // Host-tier hits loaded into the blocks given to them.
+};
+
 struct StepPlan {
   int64_t step_id = 0;
   std::vector<NewSeqData> new_seqs;
@@ -48,6 +61,7 @@ struct StepPlan {
   int total_num_scheduled_tokens = 0;
   std::vector<SeqId> finished_ids;   // Finished or cancelled: drop their state.
   std::vector<SeqId> preempted_ids;  // Preempted this step: drop; they return as new.
+  HostTierCopies host_copies;        // Done by the workers before anything else.
 
   int num_scheduled_seqs() const {
     return static_cast<int>(new_seqs.size() + cached_seqs.size());

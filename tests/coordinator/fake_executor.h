@@ -1,6 +1,7 @@
 #ifndef TESSERA_TESTS_COORDINATOR_FAKE_EXECUTOR_H_
 #define TESSERA_TESTS_COORDINATOR_FAKE_EXECUTOR_H_
 
+#include <algorithm>
 #include <cstdint>
 #include <optional>
 #include <utility>
@@ -62,17 +63,21 @@ inline Reference GenerateAlone(std::vector<int32_t> tokens, const RequestOptions
 }
 
 // Plays the workers of one replica: rebuilds each sequence from the plan's diffs, keeps a
-// fake KV cache (prefix hash and position in each slot), checks that the KV a sequence
-// relies on is really there, and samples from the KV it reads back.
+// fake KV cache (prefix hash and position in each slot) and host tier, checks that the KV
+// a sequence relies on is really there, and samples from the KV it reads back.
 class FakeExecutor {
  public:
-  FakeExecutor(int num_blocks, int block_size, int vocab_size)
+  FakeExecutor(int num_blocks, int block_size, int vocab_size, int num_host_blocks = 0)
       : block_size_(block_size), vocab_size_(vocab_size),
-        kv_(static_cast<size_t>(num_blocks) * block_size, {0, -1}) {}
+        kv_(static_cast<size_t>(num_blocks) * block_size, {0, -1}),
+        host_(static_cast<size_t>(num_host_blocks) * block_size, {0, -1}) {}
 
   StepResult Execute(const StepPlan& plan) {
     StepResult result;
     result.step_id = plan.step_id;
+    // As a worker does: saves, then loads, then the step.
+    for (const KvCopy& c : plan.host_copies.to_host) CopyBlock(kv_, c.block_id, host_, c.host_slot);
+    for (const KvCopy& c : plan.host_copies.from_host) CopyBlock(host_, c.host_slot, kv_, c.block_id);
     for (SeqId id : plan.finished_ids) EXPECT_EQ(seqs_.erase(id), 1u) << "finished " << id;
     for (SeqId id : plan.preempted_ids) EXPECT_EQ(seqs_.erase(id), 1u) << "preempted " << id;
     for (const NewSeqData& d : plan.new_seqs) {
@@ -112,6 +117,14 @@ class FakeExecutor {
     uint64_t prefix_hash;
     int32_t position;
   };
+
+  void CopyBlock(const std::vector<Cell>& from, int from_block, std::vector<Cell>& to, int to_block) {
+    const size_t a = static_cast<size_t>(from_block) * block_size_;
+    const size_t b = static_cast<size_t>(to_block) * block_size_;
+    ASSERT_LE(a + block_size_, from.size()) << "copy from block/slot " << from_block;
+    ASSERT_LE(b + block_size_, to.size()) << "copy to block/slot " << to_block;
+    std::copy(from.begin() + a, from.begin() + a + block_size_, to.begin() + b);
+  }
 
   Cell& At(const WorkerSeq& s, int pos) {
     return kv_[static_cast<size_t>(s.blocks[pos / block_size_]) * block_size_ +
@@ -169,6 +182,7 @@ class FakeExecutor {
   const int block_size_;
   const int vocab_size_;
   std::vector<Cell> kv_;
+  std::vector<Cell> host_;
   absl::flat_hash_map<SeqId, WorkerSeq> seqs_;
 };
 

@@ -31,6 +31,7 @@ struct SimParams {
   int long_prefill_token_threshold;
   bool enable_prefix_caching;
   int num_speculative_tokens = 0;
+  int num_host_blocks = 0;
 };
 
 void PrintTo(const SimParams& params, std::ostream* os) { *os << params.name; }
@@ -95,7 +96,9 @@ void CheckPlan(const StepPlan& plan, const SchedulerConfig& c) {
     }
     ASSERT_GE(lookahead, 0);
     ASSERT_LE(lookahead, c.num_speculative_tokens);
-    if (lookahead > 0) ASSERT_TRUE(samples && n == 1) << "lookahead outside a decode: " << id;
+    if (lookahead > 0) {
+      ASSERT_TRUE(samples && n == 1) << "lookahead outside a decode: " << id;
+    }
     total += n + lookahead;
   };
   for (const auto& d : plan.new_seqs) visit(d.seq_id, d.num_scheduled_tokens, d.num_lookahead_tokens, d.samples_token);
@@ -121,10 +124,11 @@ TEST_P(SchedulerSimulationTest, InvariantsHoldAndOutputsMatchRunningAlone) {
   c.eos_token_ids = {0};
   c.block_hash_fn = params.hash_fn;
   c.num_speculative_tokens = params.num_speculative_tokens;
+  c.num_host_blocks = params.num_host_blocks;
   auto created = Scheduler::Create(c);
   ASSERT_TRUE(created.ok()) << created.status();
   Scheduler& s = **created;
-  testing::FakeExecutor exec(c.num_blocks, c.block_size, kVocab);
+  testing::FakeExecutor exec(c.num_blocks, c.block_size, kVocab, c.num_host_blocks);
 
   std::mt19937_64 rng(20240607);
   auto uniform = [&](int lo, int hi) { return std::uniform_int_distribution<int>(lo, hi)(rng); };
@@ -226,11 +230,13 @@ TEST_P(SchedulerSimulationTest, InvariantsHoldAndOutputsMatchRunningAlone) {
     }
   }
   const SchedulerStats stats = s.stats();
-  std::printf("[%s] %d steps, %d cancelled, %lld preemptions, %lld/%lld prefix tokens hit, "
-              "longest request %d steps\n",
+  std::printf("[%s] %d steps, %d cancelled, %lld preemptions, %lld/%lld prefix tokens hit "
+              "(%lld from the host tier: %lld blocks saved, %lld loaded), longest request %d steps\n",
               params.name, step, num_cancelled, static_cast<long long>(stats.num_preemptions),
               static_cast<long long>(stats.prefix_cache_hit_tokens),
-              static_cast<long long>(stats.prefix_cache_queried_tokens), max_latency);
+              static_cast<long long>(stats.prefix_cache_queried_tokens),
+              static_cast<long long>(stats.host_tier_hit_tokens), static_cast<long long>(stats.host_tier_saved_blocks),
+              static_cast<long long>(stats.host_tier_loaded_blocks), max_latency);
   EXPECT_EQ(static_cast<int>(tracked.size()), kNumRequests);
   EXPECT_EQ(stats.num_free_blocks, stats.num_usable_blocks);
   // The run must exercise what it claims to.
@@ -241,6 +247,11 @@ TEST_P(SchedulerSimulationTest, InvariantsHoldAndOutputsMatchRunningAlone) {
   }
   if (params.num_speculative_tokens > 0) {
     EXPECT_GT(stats.num_lookahead_slots, 0);
+  }
+  if (params.num_host_blocks > 0) {
+    EXPECT_GT(stats.host_tier_hit_tokens, 0);
+    EXPECT_GT(stats.host_tier_saved_blocks, stats.host_tier_loaded_blocks);
+    EXPECT_GT(stats.num_host_blocks_used, 0);
   }
 }
 
@@ -253,7 +264,11 @@ INSTANTIATE_TEST_SUITE_P(
         SimParams{"chunked_5", SchedulingPolicy::kPriority, nullptr, 5, true},
         SimParams{"no_prefix_cache", SchedulingPolicy::kFcfs, nullptr, 0, false},
         SimParams{"speculative_3", SchedulingPolicy::kFcfs, nullptr, 0, true, 3},
-        SimParams{"speculative_5_priority_chunked", SchedulingPolicy::kPriority, nullptr, 5, true, 5}),
+        SimParams{"speculative_5_priority_chunked", SchedulingPolicy::kPriority, nullptr, 5, true, 5},
+        // The host tier: a small one (slots reused all the time) and one larger than the pool.
+        SimParams{"host_tier_16", SchedulingPolicy::kFcfs, nullptr, 0, true, 0, 16},
+        SimParams{"host_tier_200_colliding_hash", SchedulingPolicy::kFcfs, &ConstantHash, 0, true, 0, 200},
+        SimParams{"host_tier_64_priority_chunked_speculative", SchedulingPolicy::kPriority, nullptr, 5, true, 3, 64}),
     [](const ::testing::TestParamInfo<SimParams>& info) { return std::string(info.param.name); });
 
 }  // namespace

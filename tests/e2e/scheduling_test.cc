@@ -5,10 +5,13 @@
 #include <map>
 #include <random>
 #include <set>
+#include <sstream>
+#include <string>
 #include <thread>
 #include <vector>
 
 #include "gtest/gtest.h"
+#include "tests/e2e/http_get.h"
 #include "tests/e2e/serving_util.h"
 
 namespace tessera::testing {
@@ -68,6 +71,63 @@ TEST(SchedulingE2eTest, PreemptionKeepsOutputsExact) {
   EXPECT_EQ(running, 0u);
   EXPECT_EQ(free_blocks, info->replica_info(0).free_blocks());
 }
+
+// The sum of a metric's samples (every replica) on the coordinator's /metrics.
+double MetricSum(int metrics_port, const std::string& name) {
+  std::istringstream lines(HttpGet(metrics_port, "/metrics").body);
+  double sum = 0;
+  std::string line;
+  while (std::getline(lines, line)) {
+    if (line.rfind(name, 0) != 0 || line.size() <= name.size()) continue;
+    if (line[name.size()] != '{' && line[name.size()] != ' ') continue;  // A longer name.
+    sum += std::stod(line.substr(line.rfind(' ') + 1));
+  }
+  return sum;
+}
+
+// The host KV tier at tp 1 and 2: a prompt whose blocks the device pool had to give up
+// comes back from host memory (cached prompt tokens, host-tier hits) with exactly the
+// tokens it got when it was computed.
+class HostTierE2eTest : public ::testing::TestWithParam<int> {};
+
+TEST_P(HostTierE2eTest, EvictedPrefixComesBackFromHostMemoryWithTheSameTokens) {
+  TESSERA_REQUIRE_STORIES_MODEL();
+  ClusterOptions options;
+  options.kv_memory_mb = 1;  // About 50 blocks of 16 tokens per rank's heads.
+  options.coordinator_flags = {"--kv-host-cache-gb", "0.01"};
+  auto cluster = StartStories(GetParam(), /*replicas=*/1, options);
+  ASSERT_NE(cluster, nullptr);
+  auto info = cluster->ModelInfo();
+  ASSERT_TRUE(info.ok()) << info.status();
+  const int blocks = static_cast<int>(info->replica_info(0).total_blocks());
+
+  const std::vector<int32_t> prompt = RandomIds(200, 42);  // 12 full blocks, then 8 tokens.
+  UnaryResult first = RunUnary(cluster->api(), GreedyIds(prompt, 24));
+  ASSERT_TRUE(first.status.ok()) << first.status.error_message();
+  // Other prompts of 13 blocks each, more than the whole pool: the first prompt's blocks
+  // are evicted, and saved to the host tier.
+  for (uint32_t i = 0; i * 13 < static_cast<uint32_t>(blocks) + 26; ++i) {
+    UnaryResult other = RunUnary(cluster->api(), GreedyIds(RandomIds(200, 1000 + i), 4));
+    ASSERT_TRUE(other.status.ok()) << other.status.error_message();
+  }
+  ASSERT_GT(MetricSum(cluster->metrics_port(), "tessera_kv_host_tier_saved_blocks_total"), 12);
+  const double hits_before = MetricSum(cluster->metrics_port(), "tessera_kv_host_tier_hits_tokens_total");
+
+  UnaryResult again = RunUnary(cluster->api(), GreedyIds(prompt, 24));
+  ASSERT_TRUE(again.status.ok()) << again.status.error_message();
+  EXPECT_EQ(again.ids(), first.ids()) << "the prefix loaded from host memory changed the greedy tokens";
+  EXPECT_EQ(again.response.usage().cached_prompt_tokens(), 192u);
+  // The engine publishes its counters once per loop.
+  double hits = hits_before;
+  for (int i = 0; i < 100 && hits < hits_before + 192; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    hits = MetricSum(cluster->metrics_port(), "tessera_kv_host_tier_hits_tokens_total");
+  }
+  EXPECT_EQ(hits - hits_before, 192) << "all 12 blocks should have come from the host tier";
+}
+
+INSTANTIATE_TEST_SUITE_P(Tp, HostTierE2eTest, ::testing::Values(1, 2),
+                         [](const ::testing::TestParamInfo<int>& info) { return "tp" + std::to_string(info.param); });
 
 // A long shared prompt is computed once: the second request reports cached prompt tokens
 // and reaches its first token sooner.

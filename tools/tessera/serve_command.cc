@@ -132,6 +132,9 @@ int ServeMain(int argc, char** argv) {
   flags.Int("store-port", &store_port, "Rendezvous store port for tp > 1 groups (0: any free port).");
   flags.Int("threads", &threads, "CPU threads per worker (0: cores / workers, at least 1).");
   flags.Int("kv-memory-mb", &kv_memory_mb, "KV-cache budget per worker in MiB (0: a share of free memory).");
+  double kv_host_cache_gb = 0;
+  flags.Float("kv-host-cache-gb", &kv_host_cache_gb,
+              "Host memory per worker, in GiB, for a second KV tier that keeps evicted prefix-cache blocks (0: none).");
   flags.Int("max-num-seqs", &max_num_seqs, "Running sequences per replica at most.");
   flags.Int("max-num-batched-tokens", &max_num_batched_tokens, "Token budget of one step.");
   flags.Int("block-size", &block_size, "Tokens per KV-cache block.");
@@ -278,7 +281,8 @@ int ServeMain(int argc, char** argv) {
   std::vector<std::string> coordinator_args = {(dir / "tessera-coordinator").string(), "--model", model, "--host", host,
                             "--port", absl::StrCat(port), "--cluster-port", absl::StrCat(cluster_port),
                             "--store-port", absl::StrCat(store_port), "--tp", absl::StrCat(tp), "--replicas", absl::StrCat(replicas),
-                            "--kv-memory-mb", absl::StrCat(kv_memory_mb), "--max-num-seqs",
+                            "--kv-memory-mb", absl::StrCat(kv_memory_mb),
+                            "--kv-host-cache-gb", absl::StrCat(kv_host_cache_gb), "--max-num-seqs",
                             absl::StrCat(max_num_seqs), "--block-size", absl::StrCat(block_size),
                             "--max-num-batched-tokens", absl::StrCat(max_num_batched_tokens),
                             "--policy", policy, "--communicator", placement->communicator,

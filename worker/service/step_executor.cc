@@ -226,8 +226,24 @@ absl::StatusOr<std::vector<DraftProposal>> StepExecutor::ProposeFor(
   return proposals;
 }
 
+absl::Status StepExecutor::CopyHostTier(const v1::StepRequest& request) {
+  if (request.kv_to_host_size() + request.kv_from_host_size() == 0) return absl::OkStatus();
+  if (host_tier_ == nullptr) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("step ", request.step_id(), " copies KV blocks to or from a host tier this worker does not have"));
+  }
+  for (const v1::KvBlockCopy& c : request.kv_to_host()) {
+    RETURN_IF_ERROR(host_tier_->Save(*cache_, static_cast<int>(c.block_id()), static_cast<int>(c.host_slot())));
+  }
+  for (const v1::KvBlockCopy& c : request.kv_from_host()) {
+    RETURN_IF_ERROR(host_tier_->Load(static_cast<int>(c.host_slot()), *cache_, static_cast<int>(c.block_id())));
+  }
+  return absl::OkStatus();
+}
+
 absl::Status StepExecutor::Execute(const v1::StepRequest& request, v1::StepResponse* response) {
   response->set_step_id(request.step_id());
+  RETURN_IF_ERROR(CopyHostTier(request));
   RETURN_IF_ERROR(Apply(request));
   if (request.scheduled_seq_ids_size() != request.num_scheduled_tokens_size()) {
     return absl::InvalidArgumentError("scheduled_seq_ids and num_scheduled_tokens differ in length");

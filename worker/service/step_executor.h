@@ -15,6 +15,7 @@
 #include "common/structured/token_grammar.h"
 #include "common/structured/token_vocabulary.h"
 #include "tessera/v1/worker.pb.h"
+#include "worker/host_kv_tier.h"
 #include "worker/kv_cache.h"
 #include "worker/llama_model.h"
 #include "worker/speculative/proposer.h"
@@ -35,6 +36,8 @@ class StepExecutor {
                std::shared_ptr<const structured::TokenVocabulary> vocabulary = nullptr);
 
   absl::Status Execute(const v1::StepRequest& request, v1::StepResponse* response);
+  // The host-memory KV tier the steps' kv_to_host / kv_from_host copies use.
+  void set_host_tier(std::unique_ptr<HostKvTier> tier) { host_tier_ = std::move(tier); }
 
   size_t num_sequences() const { return seqs_.size(); }
 
@@ -68,6 +71,8 @@ class StepExecutor {
                                   const std::vector<DraftProposal>& proposals,
                                   std::vector<RowGrammar>* rows);
   absl::Status Apply(const v1::StepRequest& request);
+  // The step's copies between the device pool and the host tier, saves first.
+  absl::Status CopyHostTier(const v1::StepRequest& request);
   // Proposals for the step's sequences (index into the request's scheduled ones); empty
   // where none.
   absl::StatusOr<std::vector<DraftProposal>> ProposeFor(const v1::StepRequest& request,
@@ -76,6 +81,7 @@ class StepExecutor {
   LlamaModel* model_;
   std::unique_ptr<KvCache> cache_;
   std::unique_ptr<Proposer> proposer_;
+  std::unique_ptr<HostKvTier> host_tier_;
   std::unordered_map<uint64_t, SeqState> seqs_;
   std::vector<float> logits_;
   std::shared_ptr<const structured::TokenVocabulary> vocabulary_;

@@ -391,8 +391,18 @@ grpc::Status WorkerServiceImpl::InitCache(grpc::ServerContext*, const v1::InitCa
     }
   }
   last_forward_counts_ = model_->forward_counts();
+  std::unique_ptr<HostKvTier> host_tier;
+  if (request->num_host_blocks() > 0) {
+    auto tier = HostKvTier::Create(backend_, **cache, static_cast<int>(request->num_host_blocks()));
+    if (!tier.ok()) return ToGrpcStatus(tier.status());
+    host_tier = std::move(*tier);
+    response->set_host_cache_bytes(host_tier->bytes());
+    std::fprintf(stderr, "tessera-worker: host KV tier %.2f GiB (%d blocks)\n", host_tier->bytes() / 1073741824.0,
+                 host_tier->num_slots());
+  }
   executor_ = std::make_unique<StepExecutor>(model_.get(), std::move(*cache), std::move(proposer),
                                              vocabulary_);
+  executor_->set_host_tier(std::move(host_tier));
   in_group_ = true;
   return grpc::Status::OK;
 }

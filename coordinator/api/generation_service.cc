@@ -110,6 +110,8 @@ void GenerationServiceImpl::DoGetModelInfo(v1::ModelInfo* info) {
     ri->set_free_blocks(r.free_blocks);
     ri->set_running(r.running);
     ri->set_waiting(r.waiting);
+    ri->set_host_total_blocks(r.host_total_blocks);
+    ri->set_host_used_blocks(r.host_used_blocks);
     v1::ReplicaMemory* memory = ri->mutable_memory();
     memory->set_load_seconds(r.startup.load_seconds);
     memory->set_warmup_seconds(r.startup.warmup_seconds);
@@ -119,6 +121,7 @@ void GenerationServiceImpl::DoGetModelInfo(v1::ModelInfo* info) {
     memory->set_workspace_bytes(r.startup.workspace_bytes);
     memory->set_graph_bytes(r.startup.graph_bytes);
     memory->set_graphs_captured(r.startup.graphs_captured);
+    memory->set_host_cache_bytes(r.startup.host_cache_bytes);
     if (r.ready) {
       capacity += static_cast<uint64_t>(r.total_blocks) * model_.block_size;
       ++ready;

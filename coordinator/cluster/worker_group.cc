@@ -180,6 +180,7 @@ absl::StatusOr<GroupCapacity> WorkerGroup::Form(uint64_t generation,
     startup_.workspace_bytes = std::max(startup_.workspace_bytes, c.workspace_bytes());
     startup_.graph_bytes = std::max(startup_.graph_bytes, c.graph_bytes());
     startup_.graphs_captured = std::max(startup_.graphs_captured, c.graphs_captured());
+    startup_.host_cache_bytes = std::max(startup_.host_cache_bytes, c.host_cache_bytes());
     startup_.activation_reserve_bytes =
         std::max(startup_.activation_reserve_bytes, l.activation_reserve_bytes());
   }

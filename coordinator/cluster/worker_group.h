@@ -27,6 +27,7 @@ struct ReplicaStartup {
   uint64_t graph_bytes = 0;
   uint32_t graphs_captured = 0;
   uint64_t activation_reserve_bytes = 0;  // Held back from the KV pool when it was sized.
+  uint64_t host_cache_bytes = 0;          // The host KV tier.
 };
 
 // What the coordinator learned from a group's ranks after loading.

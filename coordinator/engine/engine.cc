@@ -532,7 +532,7 @@ void Engine::PublishSnapshot() {
     if (r == nullptr || r->scheduler == nullptr) continue;
     const sched::SchedulerStats s = r->scheduler->stats();
     snap.push_back({r->index, r->ready, s.num_usable_blocks, s.num_free_blocks, s.num_running,
-                    s.num_waiting, r->group->startup()});
+                    s.num_waiting, r->group->startup(), s.num_host_blocks, s.num_host_blocks_used});
     if (options_.metrics != nullptr && r->ready) options_.metrics->UpdateScheduler(r->index, s);
   }
   if (options_.metrics != nullptr) options_.metrics->LoopTick();

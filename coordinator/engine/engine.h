@@ -76,6 +76,8 @@ struct ReplicaSnapshot {
   int running = 0;
   int waiting = 0;
   ReplicaStartup startup;  // As its group formed.
+  int host_total_blocks = 0;
+  int host_used_blocks = 0;
 };
 
 // The coordinator's serving loop. One owner thread holds every replica's scheduler and

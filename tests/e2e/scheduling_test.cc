@@ -100,6 +100,9 @@ TEST_P(HostTierE2eTest, EvictedPrefixComesBackFromHostMemoryWithTheSameTokens) {
   auto info = cluster->ModelInfo();
   ASSERT_TRUE(info.ok()) << info.status();
   const int blocks = static_cast<int>(info->replica_info(0).total_blocks());
+  // 0.01 GiB over a block's 20 KiB (10 KiB per rank at tp 2).
+  EXPECT_EQ(info->replica_info(0).host_total_blocks(), GetParam() == 1 ? 524u : 1048u);
+  EXPECT_GT(info->replica_info(0).memory().host_cache_bytes(), 10'000'000u);
 
   const std::vector<int32_t> prompt = RandomIds(200, 42);  // 12 full blocks, then 8 tokens.
   UnaryResult first = RunUnary(cluster->api(), GreedyIds(prompt, 24));

@@ -1,13 +1,13 @@
 // The host-memory KV tier's bookkeeping: what the device pool evicts is saved to host
 // slots, a prefix found there is loaded into fresh blocks, and a failed step's saves are
 // forgotten. (scheduler_simulation_test runs it through thousands of requests.)
-#include <numeric>
 #include <vector>
 
 #include "coordinator/scheduler/host_block_pool.h"
 #include "coordinator/scheduler/kv_cache_manager.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "tests/coordinator/scheduler_test_util.h"
 
 namespace tessera::sched {
 namespace {
@@ -17,11 +17,7 @@ using ::testing::SizeIs;
 
 constexpr int kBlockSize = 4;
 
-std::vector<int32_t> Range(int32_t first, int n) {
-  std::vector<int32_t> v(n);
-  std::iota(v.begin(), v.end(), first);
-  return v;
-}
+using testing::Range;
 
 // Prefills `prompt` as the scheduler does and finishes the sequence (its blocks stay
 // cached in the free list). Returns the prefix hits it found.

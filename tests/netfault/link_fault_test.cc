@@ -48,20 +48,35 @@ constexpr auto kRecoveryBound = std::chrono::seconds(10);
     }                                                                        \
   } while (false)
 
-// Node 0 is the coordinator, node 1 + w worker w.
-std::unique_ptr<Cluster> StartInNamespaces(NetTopology& net) {
+// The coordinator (node 0) and the workers (node 1 + w is worker w), each in a network
+// namespace of its own. The cluster is declared last, so it stops before the network goes.
+struct NetCluster {
+  std::unique_ptr<NetTopology> net;
+  std::unique_ptr<Cluster> cluster;
+};
+
+// A failure is recorded and `cluster` left null when either cannot start.
+NetCluster StartInNamespaces() {
+  NetCluster c;
+  auto net = NetTopology::Create(1 + kWorkers);
+  if (!net.ok()) {
+    ADD_FAILURE() << net.status();
+    return c;
+  }
+  c.net = std::move(*net);
   ClusterOptions options;
-  options.coordinator_host = net.address(0);
-  options.coordinator_launcher = net.Launcher(0);
+  options.coordinator_host = c.net->address(0);
+  options.coordinator_launcher = c.net->Launcher(0);
   for (int w = 0; w < kWorkers; ++w) {
-    options.worker_hosts.push_back(net.address(1 + w));
-    options.worker_launchers.push_back(net.Launcher(1 + w));
+    options.worker_hosts.push_back(c.net->address(1 + w));
+    options.worker_launchers.push_back(c.net->Launcher(1 + w));
   }
   // Ranks in namespaces of their own share this machine, so `auto` would pick shared
   // memory between them, which no link fault touches.
   options.coordinator_flags = {"--communicator", "gloo"};
   options.fixed_worker_ports = true;
-  return StartStories(kTp, kReplicas, options);
+  c.cluster = StartStories(kTp, kReplicas, options);
+  return c;
 }
 
 // A fault held for a while: `start` breaks something, `end` mends it.
@@ -178,13 +193,12 @@ TEST(NetTopologyTest, NodesHaveTheirOwnAddressesAndLinks) {
 TEST(LinkFaultTest, WorkerLinkDownBrieflyAndLongerLosesNothing) {
   TESSERA_REQUIRE_STORIES_MODEL();
   TESSERA_REQUIRE_NETWORK(NetTopology::Supported());
-  auto net = NetTopology::Create(1 + kWorkers);
-  ASSERT_TRUE(net.ok()) << net.status();
-  auto cluster = StartInNamespaces(**net);
-  ASSERT_NE(cluster, nullptr);
+  NetCluster c = StartInNamespaces();
+  ASSERT_NE(c.cluster, nullptr);
+  Cluster* cluster = c.cluster.get();
   nlohmann::json faults = nlohmann::json::array();
-  faults.push_back(FaultUnderLoad(*cluster, LinkDown(**net, 2, std::chrono::seconds(3))));
-  faults.push_back(FaultUnderLoad(*cluster, LinkDown(**net, 1, std::chrono::seconds(30))));
+  faults.push_back(FaultUnderLoad(*cluster, LinkDown(*c.net, 2, std::chrono::seconds(3))));
+  faults.push_back(FaultUnderLoad(*cluster, LinkDown(*c.net, 1, std::chrono::seconds(30))));
   WriteFigures("netfault_link_down_stories260k.json", "faults", std::move(faults));
 }
 
@@ -192,11 +206,10 @@ TEST(LinkFaultTest, LossAndAPartitionFromPeersLoseNothing) {
   TESSERA_REQUIRE_STORIES_MODEL();
   TESSERA_REQUIRE_NETWORK(NetTopology::Supported());
   TESSERA_REQUIRE_NETWORK(NetTopology::FiltersSupported());
-  auto net = NetTopology::Create(1 + kWorkers);
-  ASSERT_TRUE(net.ok()) << net.status();
-  auto cluster = StartInNamespaces(**net);
-  ASSERT_NE(cluster, nullptr);
-  NetTopology& n = **net;
+  NetCluster c = StartInNamespaces();
+  ASSERT_NE(c.cluster, nullptr);
+  Cluster* cluster = c.cluster.get();
+  NetTopology& n = *c.net;
   nlohmann::json faults = nlohmann::json::array();
   faults.push_back(FaultUnderLoad(
       *cluster, {"worker1 link losing 5 % of packets each way for 20 s", [&n] { return n.SetLoss(2, 5); },
@@ -214,11 +227,10 @@ TEST(LinkFaultTest, ASlowLinkAndACoordinatorCutOffLoseNothing) {
   TESSERA_REQUIRE_NETWORK(NetTopology::Supported());
   TESSERA_REQUIRE_NETWORK(NetTopology::FiltersSupported());
   TESSERA_REQUIRE_NETWORK(NetTopology::DelaySupported());
-  auto net = NetTopology::Create(1 + kWorkers);
-  ASSERT_TRUE(net.ok()) << net.status();
-  auto cluster = StartInNamespaces(**net);
-  ASSERT_NE(cluster, nullptr);
-  NetTopology& n = **net;
+  NetCluster c = StartInNamespaces();
+  ASSERT_NE(c.cluster, nullptr);
+  Cluster* cluster = c.cluster.get();
+  NetTopology& n = *c.net;
   nlohmann::json faults = nlohmann::json::array();
   // Everything worker 1 sends waits 30-70 ms: each of a step's all-reduces does, so its
   // replica's steps take tenths of a second. Slow is not dead: it keeps serving.
@@ -275,11 +287,10 @@ TEST(LinkLatencyTest, StepTimeWithDelayBetweenRanks) {
   TESSERA_REQUIRE_STORIES_MODEL();
   TESSERA_REQUIRE_NETWORK(NetTopology::Supported());
   TESSERA_REQUIRE_NETWORK(NetTopology::DelaySupported());
-  auto net = NetTopology::Create(1 + kWorkers);
-  ASSERT_TRUE(net.ok()) << net.status();
-  auto cluster = StartInNamespaces(**net);
-  ASSERT_NE(cluster, nullptr);
-  NetTopology& n = **net;
+  NetCluster c = StartInNamespaces();
+  ASSERT_NE(c.cluster, nullptr);
+  Cluster* cluster = c.cluster.get();
+  NetTopology& n = *c.net;
   auto stub = v1::Generation::NewStub(ClientChannel(cluster->address()));
   constexpr int kStreams = 6;
   constexpr int kTokens = 24;

@@ -11,20 +11,13 @@
 #include "common/rendezvous/kv_store_server.h"
 #include "gtest/gtest.h"
 #include "tests/support/child_test.h"
+#include "tests/worker/comm/rank_threads.h"
 
 namespace tessera {
 namespace {
 
 using std::chrono::milliseconds;
 using Clock = std::chrono::steady_clock;
-
-std::vector<absl::Status> RunRanks(int world, const std::function<absl::Status(int)>& fn) {
-  std::vector<absl::Status> statuses(world);
-  std::vector<std::thread> threads;
-  for (int r = 0; r < world; ++r) threads.emplace_back([&, r] { statuses[r] = fn(r); });
-  for (auto& t : threads) t.join();
-  return statuses;
-}
 
 GlooCommunicatorOptions Options(const KvStoreServer& server, const std::string& prefix, int rank,
                                 int world, milliseconds timeout) {
@@ -258,18 +251,8 @@ TEST(GlooCommunicatorTest, DISABLED_AllReduceLatency) {
       });
       ASSERT_NE(comms[0], nullptr);
       ASSERT_NE(comms[1], nullptr);
-      constexpr int kIters = 300;
-      std::vector<std::vector<float>> data(2, std::vector<float>(count, 1.0f));
-      std::vector<double> us(2);
-      RunRanks(2, [&](int r) -> absl::Status {
-        for (int i = 0; i < 20; ++i) (void)comms[r]->AllReduceSum(data[r].data(), count);
-        const auto start = Clock::now();
-        for (int i = 0; i < kIters; ++i) (void)comms[r]->AllReduceSum(data[r].data(), count);
-        us[r] = std::chrono::duration<double, std::micro>(Clock::now() - start).count() / kIters;
-        return absl::OkStatus();
-      });
       std::printf("gloo all-reduce 2 ranks %zu KiB, %s: %.1f us\n", bytes >> 10,
-                  gather_max == 0 ? "ring" : "all-gather + sum", us[0]);
+                  gather_max == 0 ? "ring" : "all-gather + sum", AllReduceMicros(comms, count, 300));
     }
   }
 }

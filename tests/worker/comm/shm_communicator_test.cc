@@ -12,20 +12,13 @@
 #include "common/rendezvous/kv_store_server.h"
 #include "gtest/gtest.h"
 #include "tests/support/child_test.h"
+#include "tests/worker/comm/rank_threads.h"
 
 namespace tessera {
 namespace {
 
 using std::chrono::milliseconds;
 using Clock = std::chrono::steady_clock;
-
-std::vector<absl::Status> RunRanks(int world, const std::function<absl::Status(int)>& fn) {
-  std::vector<absl::Status> statuses(world);
-  std::vector<std::thread> threads;
-  for (int r = 0; r < world; ++r) threads.emplace_back([&, r] { statuses[r] = fn(r); });
-  for (auto& t : threads) t.join();
-  return statuses;
-}
 
 ShmCommunicatorOptions Options(const KvStoreServer& server, const std::string& prefix, int rank,
                                int world, milliseconds timeout, size_t slot_bytes) {
@@ -232,18 +225,8 @@ TEST(ShmCommunicatorTest, DISABLED_AllReduceLatency) {
   auto comms = MakeGroup(**server, 2, milliseconds(20000));
   ASSERT_EQ(comms.size(), 2u);
   for (size_t bytes : {size_t{8} << 10, size_t{256} << 10}) {
-    const size_t count = bytes / sizeof(float);
-    constexpr int kIters = 500;
-    std::vector<std::vector<float>> data(2, std::vector<float>(count, 1.0f));
-    std::vector<double> us(2);
-    RunRanks(2, [&](int r) -> absl::Status {
-      for (int i = 0; i < 20; ++i) (void)comms[r]->AllReduceSum(data[r].data(), count);
-      const auto start = Clock::now();
-      for (int i = 0; i < kIters; ++i) (void)comms[r]->AllReduceSum(data[r].data(), count);
-      us[r] = std::chrono::duration<double, std::micro>(Clock::now() - start).count() / kIters;
-      return absl::OkStatus();
-    });
-    std::printf("shm all-reduce 2 ranks %zu KiB: %.1f us\n", bytes >> 10, us[0]);
+    std::printf("shm all-reduce 2 ranks %zu KiB: %.1f us\n", bytes >> 10,
+                AllReduceMicros(comms, bytes / sizeof(float), 500));
   }
 }
 

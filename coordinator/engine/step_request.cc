@@ -18,16 +18,16 @@ v1::StepRequest ToStepRequest(
                   [](const sched::CachedSeqData& c) { return c.num_lookahead_tokens > 0; });
   for (sched::SeqId id : plan.finished_ids) req.add_finished_seq_ids(id);
   for (sched::SeqId id : plan.preempted_ids) req.add_finished_seq_ids(id);
-  for (const sched::KvCopy& c : plan.host_copies.to_host) {
-    v1::KvBlockCopy* out = req.add_kv_to_host();
-    out->set_block_id(static_cast<uint32_t>(c.block_id));
-    out->set_host_slot(static_cast<uint32_t>(c.host_slot));
-  }
-  for (const sched::KvCopy& c : plan.host_copies.from_host) {
-    v1::KvBlockCopy* out = req.add_kv_from_host();
-    out->set_block_id(static_cast<uint32_t>(c.block_id));
-    out->set_host_slot(static_cast<uint32_t>(c.host_slot));
-  }
+  auto add_copies = [](const std::vector<sched::KvCopy>& copies,
+                       google::protobuf::RepeatedPtrField<v1::KvBlockCopy>* out) {
+    for (const sched::KvCopy& c : copies) {
+      v1::KvBlockCopy* copy = out->Add();
+      copy->set_block_id(static_cast<uint32_t>(c.block_id));
+      copy->set_host_slot(static_cast<uint32_t>(c.host_slot));
+    }
+  };
+  add_copies(plan.host_copies.to_host, req.mutable_kv_to_host());
+  add_copies(plan.host_copies.from_host, req.mutable_kv_from_host());
   for (const sched::NewSeqData& n : plan.new_seqs) {
     v1::NewSequence* out = req.add_new_sequences();
     out->set_seq_id(n.seq_id);

@@ -23,7 +23,6 @@ struct ComputedBlocks {
   int num_tokens = 0;  // (block_ids.size() + host_slots.size()) * block_size
 };
 
-
 // Block tables of the sequences of one replica, on top of its BlockPool, plus the prefix
 // cache. Tables are append-only until the sequence is freed.
 class KVCacheManager {

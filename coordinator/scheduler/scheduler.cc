@@ -444,10 +444,6 @@ int Scheduler::NumCachedPrefixBlocks(absl::Span<const int32_t> tokens) const {
   return static_cast<int>(kv_.GetComputedBlocks(tokens).block_ids.size());
 }
 
-int Scheduler::NumHostPrefixBlocks(absl::Span<const int32_t> tokens) const {
-  return static_cast<int>(kv_.GetComputedBlocks(tokens).host_slots.size());
-}
-
 // A sequence of the step in flight that is still running. Finished ones are gone; one
 // with a reused id is waiting (nothing is admitted between Schedule and Update).
 Sequence* Scheduler::FindInFlight(SeqId seq_id) {

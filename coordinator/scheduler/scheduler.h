@@ -96,11 +96,10 @@ class Scheduler {
   bool step_in_flight() const { return step_in_flight_; }
   SchedulerStats stats() const;
 
-  // For the router: prefix blocks this replica already caches for `tokens`, and the
-  // blocks the prompts in its waiting queue still need.
+  // Prefix blocks this replica's device pool already caches for `tokens`, and the blocks
+  // the prompts in its waiting queue still need. (The router reads both tiers' hits from
+  // kv_cache_manager().GetComputedBlocks.)
   int NumCachedPrefixBlocks(absl::Span<const int32_t> tokens) const;
-  // The same in the host tier, continuing the device pool's hits.
-  int NumHostPrefixBlocks(absl::Span<const int32_t> tokens) const;
   int num_queued_prompt_blocks() const { return num_queued_prompt_blocks_; }
   int64_t num_queued_tokens() const { return num_queued_tokens_; }
 

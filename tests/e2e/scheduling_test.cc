@@ -5,13 +5,13 @@
 #include <map>
 #include <random>
 #include <set>
-#include <sstream>
 #include <string>
 #include <thread>
 #include <vector>
 
 #include "gtest/gtest.h"
 #include "tests/e2e/http_get.h"
+#include "tests/e2e/metrics_text.h"
 #include "tests/e2e/serving_util.h"
 
 namespace tessera::testing {
@@ -73,16 +73,8 @@ TEST(SchedulingE2eTest, PreemptionKeepsOutputsExact) {
 }
 
 // The sum of a metric's samples (every replica) on the coordinator's /metrics.
-double MetricSum(int metrics_port, const std::string& name) {
-  std::istringstream lines(HttpGet(metrics_port, "/metrics").body);
-  double sum = 0;
-  std::string line;
-  while (std::getline(lines, line)) {
-    if (line.rfind(name, 0) != 0 || line.size() <= name.size()) continue;
-    if (line[name.size()] != '{' && line[name.size()] != ' ') continue;  // A longer name.
-    sum += std::stod(line.substr(line.rfind(' ') + 1));
-  }
-  return sum;
+double CoordinatorMetricSum(int metrics_port, const std::string& name) {
+  return MetricSum(HttpGet(metrics_port, "/metrics").body, name);
 }
 
 // The host KV tier at tp 1 and 2: a prompt whose blocks the device pool had to give up
@@ -113,8 +105,8 @@ TEST_P(HostTierE2eTest, EvictedPrefixComesBackFromHostMemoryWithTheSameTokens) {
     UnaryResult other = RunUnary(cluster->api(), GreedyIds(RandomIds(200, 1000 + i), 4));
     ASSERT_TRUE(other.status.ok()) << other.status.error_message();
   }
-  ASSERT_GT(MetricSum(cluster->metrics_port(), "tessera_kv_host_tier_saved_blocks_total"), 12);
-  const double hits_before = MetricSum(cluster->metrics_port(), "tessera_kv_host_tier_hits_tokens_total");
+  ASSERT_GT(CoordinatorMetricSum(cluster->metrics_port(), "tessera_kv_host_tier_saved_blocks_total"), 12);
+  const double hits_before = CoordinatorMetricSum(cluster->metrics_port(), "tessera_kv_host_tier_hits_tokens_total");
 
   UnaryResult again = RunUnary(cluster->api(), GreedyIds(prompt, 24));
   ASSERT_TRUE(again.status.ok()) << again.status.error_message();
@@ -124,7 +116,7 @@ TEST_P(HostTierE2eTest, EvictedPrefixComesBackFromHostMemoryWithTheSameTokens) {
   double hits = hits_before;
   for (int i = 0; i < 100 && hits < hits_before + 192; ++i) {
     std::this_thread::sleep_for(std::chrono::milliseconds(20));
-    hits = MetricSum(cluster->metrics_port(), "tessera_kv_host_tier_hits_tokens_total");
+    hits = CoordinatorMetricSum(cluster->metrics_port(), "tessera_kv_host_tier_hits_tokens_total");
   }
   EXPECT_EQ(hits - hits_before, 192) << "all 12 blocks should have come from the host tier";
 }

@@ -8,13 +8,11 @@
 #include <thread>
 #include <vector>
 
-#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
-#include "absl/strings/str_split.h"
-#include "absl/strings/match.h"
 #include "gtest/gtest.h"
 #include "tests/e2e/http_get.h"
+#include "tests/e2e/metrics_text.h"
 #include "tests/e2e/serving_util.h"
 #include "tests/support/cluster.h"
 #include "tests/support/subprocess.h"
@@ -36,17 +34,6 @@ const std::vector<std::string>& Prompts() {
       "The cat sat on the mat. The dog sat on the mat. The bird sat on the",
   };
   return prompts;
-}
-
-// Sum over every sample of `name` (all replicas), 0 when absent.
-double MetricSum(const std::string& metrics, const std::string& name) {
-  double sum = 0;
-  for (absl::string_view line : absl::StrSplit(metrics, '\n')) {
-    if (!absl::StartsWith(line, name + "{") && !absl::StartsWith(line, name + " ")) continue;
-    double v = 0;
-    if (absl::SimpleAtod(line.substr(line.rfind(' ') + 1), &v)) sum += v;
-  }
-  return sum;
 }
 
 // Every prompt at once (so they batch), `copies` times each, greedy, `new_tokens` each.

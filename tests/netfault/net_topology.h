@@ -3,8 +3,9 @@
 // namespace by a veth pair, so a fault on one node's link leaves every other link as it
 // was. The test process reaches every node through its own address on the bridge.
 //
-// Needs root and iproute2 (nftables for filters, iptables for delays). Every name carries the test's pid, and Create() first deletes
-// what tests that no longer run left behind (a killed test cannot run its destructor).
+// Needs root and iproute2 (nftables for filters, iptables for delays). Every name carries
+// the test's pid, and Create() first deletes what tests that no longer run left behind (a
+// killed test cannot run its destructor).
 #ifndef TESSERA_TESTS_NETFAULT_NET_TOPOLOGY_H_
 #define TESSERA_TESTS_NETFAULT_NET_TOPOLOGY_H_
 
@@ -12,10 +13,9 @@
 #include <unistd.h>
 
 #include <cerrno>
-#include <cstdio>
 #include <chrono>
+#include <cstdio>
 #include <filesystem>
-#include <fstream>
 #include <map>
 #include <memory>
 #include <regex>

@@ -111,6 +111,12 @@ int main(int argc, char** argv) {
   flags.Int("max-model-len", &max_model_len, "Context limit (0: the model's max_position_embeddings).");
   flags.Float("kv-memory-fraction", &kv_memory_fraction, "Share of a worker's free memory after loading given to the KV cache.");
   flags.Int("kv-memory-mb", &kv_memory_mb, "Fixed KV-cache budget per worker in MiB (overrides the fraction).");
+  std::string replica_roles;
+  flags.String("replica-roles", &replica_roles,
+               "Disaggregated prefill and decode: each replica's role, by index, comma-separated: prefill, decode or "
+               "both (e.g. prefill,decode; replicas past the list: both). A request starts on a prefill replica, "
+               "streams its first token from there, and its KV moves rank to rank to a decode replica of the same tp "
+               "size, which generates the rest, so long prompts stop stalling decoding streams. Empty: all both.");
   double kv_host_cache_gb = 0;
   flags.Float("kv-host-cache-gb", &kv_host_cache_gb,
               "Host memory per worker, in GiB, for a second KV tier (0: none): prefix-cache blocks evicted from the "
@@ -233,6 +239,11 @@ int main(int argc, char** argv) {
   if (!(gpu_memory_utilization >= 0 && gpu_memory_utilization <= 1)) {
     return Fail(absl::StrCat("--gpu-memory-utilization must be in (0, 1] (0: unset), got ", gpu_memory_utilization));
   }
+  auto roles = tessera::ParseReplicaRoles(replica_roles);
+  if (!roles.ok()) return Fail(absl::StrCat("--replica-roles: ", roles.status().message()));
+  if (static_cast<int64_t>(roles->size()) > replicas) {
+    return Fail(absl::StrCat("--replica-roles names ", roles->size(), " replicas; --replicas is ", replicas));
+  }
   if (!(kv_host_cache_gb >= 0)) return Fail(absl::StrCat("--kv-host-cache-gb must be >= 0, got ", kv_host_cache_gb));
   if (kv_host_cache_gb > 0 && no_prefix_caching) {
     return Fail("--kv-host-cache-gb keeps prefix-cache blocks, so it needs prefix caching (drop --no-prefix-caching)");
@@ -332,6 +343,7 @@ int main(int argc, char** argv) {
   eo.max_queued_tokens = max_queued_tokens;
   eo.priority_aging_arrivals = static_cast<int>(priority_aging);
   eo.router_load_weight = load_weight;
+  eo.replica_roles = *roles;
   eo.num_speculative_tokens = speculative.enabled() ? static_cast<int>(speculative.num_tokens) : 0;
   eo.eos_token_ids = defaults.StopTokenIds(*config);
   tessera::EngineMetrics metrics({std::filesystem::path(model).filename().string(),

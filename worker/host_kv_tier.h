@@ -9,6 +9,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "kernels/backend.h"
+#include "worker/kv_block_codec.h"
 #include "worker/kv_cache.h"
 
 namespace tessera {
@@ -32,20 +33,12 @@ class HostKvTier {
   size_t bytes_per_slot() const { return bytes_per_slot_; }
 
  private:
-  // Where one layer's K or V of one block lies: its values, then (FP8) its scales.
-  struct Extent {
-    size_t offset;
-    size_t bytes;
-  };
   HostKvTier(kernels::Backend* backend, const kernels::KvCacheShape& shape, int num_layers, int num_slots);
   absl::Status Check(const KvCache& cache, int block, int slot) const;
-  std::vector<Extent> Extents(int block) const;
 
-  kernels::Backend* backend_;
-  const kernels::KvCacheShape shape_;
-  const int num_layers_;
+  const KvBlockCodec codec_;
   const int num_slots_;
-  size_t bytes_per_slot_ = 0;
+  const size_t bytes_per_slot_;
   std::vector<uint8_t> host_;
 };
 

@@ -8,6 +8,7 @@
 #include "coordinator/api/generate_stream_reactor.h"
 #include "coordinator/api/generate_unary_reactor.h"
 #include "coordinator/engine/output_processor.h"
+#include "coordinator/engine/replica_role.h"
 #include "coordinator/metrics/engine_metrics.h"
 
 namespace tessera {
@@ -112,6 +113,7 @@ void GenerationServiceImpl::DoGetModelInfo(v1::ModelInfo* info) {
     ri->set_waiting(r.waiting);
     ri->set_host_total_blocks(r.host_total_blocks);
     ri->set_host_used_blocks(r.host_used_blocks);
+    ri->set_role(std::string(ReplicaRoleName(r.role)));
     v1::ReplicaMemory* memory = ri->mutable_memory();
     memory->set_load_seconds(r.startup.load_seconds);
     memory->set_warmup_seconds(r.startup.warmup_seconds);

@@ -80,6 +80,7 @@ absl::StatusOr<GroupCapacity> WorkerGroup::Form(uint64_t generation,
   }
   ASSIGN_OR_RETURN(const std::string communicator,
                    ChooseCommunicator(options_.communicator, placements, replica_));
+  formation_ = absl::StrCat("replica", replica_, "/gen", generation);
   absl::Status s = ForEachRank(world, addresses_, [&](int r) {
     v1::ConfigureRequest req;
     req.set_replica(replica_);
@@ -88,7 +89,7 @@ absl::StatusOr<GroupCapacity> WorkerGroup::Form(uint64_t generation,
     for (const auto& a : addresses_) req.add_peers(a);
     req.set_communicator(communicator);
     req.set_rendezvous_address(options_.rendezvous_address);
-    req.set_rendezvous_prefix(absl::StrCat("replica", replica_, "/gen", generation));
+    req.set_rendezvous_prefix(formation_);
     req.set_collective_timeout_ms(static_cast<uint32_t>(options_.collective_timeout.count()));
     const std::string& addr = addresses_[r];
     req.set_advertise_host(addr.substr(0, addr.rfind(':')));
@@ -232,6 +233,36 @@ absl::StatusOr<v1::StepResponse> WorkerGroup::ExecuteStep(const v1::StepRequest&
   if (!first_error.ok()) return first_error;
   step_deadline_.Observe(tokens, std::chrono::steady_clock::now() - started);
   return std::move(responses[0]);
+}
+
+absl::StatusOr<uint64_t> WorkerGroup::PushKv(const std::vector<std::string>& dst_addresses,
+                                             const std::string& dst_formation,
+                                             const std::vector<int32_t>& src_blocks,
+                                             const std::vector<int32_t>& dst_blocks) {
+  if (static_cast<int>(dst_addresses.size()) != world_size()) {
+    return absl::FailedPreconditionError(absl::StrCat("KV transfer from tp ", world_size(), " to tp ",
+                                                      dst_addresses.size(), ": the sizes must match"));
+  }
+  std::vector<uint64_t> bytes(world_size(), 0);
+  absl::Status s = ForEachRank(world_size(), addresses_, [&](int r) {
+    v1::PushKvBlocksRequest req;
+    req.mutable_src_block_ids()->Add(src_blocks.begin(), src_blocks.end());
+    req.mutable_dst_block_ids()->Add(dst_blocks.begin(), dst_blocks.end());
+    req.set_dst_address(dst_addresses[r]);
+    req.set_dst_group(dst_formation);
+    grpc::ClientContext ctx;
+    // The pushing worker bounds the transfer itself (KvTransfer); this only catches a
+    // worker that never answers.
+    ctx.set_deadline(In(std::chrono::minutes(5)));
+    v1::PushKvBlocksResponse resp;
+    absl::Status status = FromGrpcStatus(stubs_[r]->PushKvBlocks(&ctx, req, &resp));
+    bytes[r] = resp.bytes();
+    return status;
+  });
+  if (!s.ok()) return s;
+  uint64_t total = 0;
+  for (uint64_t b : bytes) total += b;
+  return total;
 }
 
 absl::Status WorkerGroup::Probe(std::chrono::milliseconds timeout) {

@@ -101,9 +101,18 @@ class WorkerGroup {
   // Checks every rank answers its health service within `timeout`.
   absl::Status Probe(std::chrono::milliseconds timeout);
 
+  // Disaggregated serving: each rank r sends blocks `src_blocks` of its KV cache into
+  // blocks `dst_blocks` of rank r of the group formed as `dst_formation` at `dst_addresses`
+  // (same world size), all ranks at once. Safe beside ExecuteStep. Returns the bytes
+  // moved, summed over the ranks.
+  absl::StatusOr<uint64_t> PushKv(const std::vector<std::string>& dst_addresses, const std::string& dst_formation,
+                                  const std::vector<int32_t>& src_blocks, const std::vector<int32_t>& dst_blocks);
+
   int replica() const { return replica_; }
   int world_size() const { return static_cast<int>(addresses_.size()); }
   const std::vector<std::string>& addresses() const { return addresses_; }
+  // Which formation the ranks joined (their rendezvous prefix); set by Form.
+  const std::string& formation() const { return formation_; }
   // Set by a successful Form (zeros before): read once the group is handed on.
   const ReplicaStartup& startup() const { return startup_; }
 
@@ -115,6 +124,7 @@ class WorkerGroup {
   std::vector<std::shared_ptr<grpc::Channel>> channels_;
   std::vector<std::unique_ptr<v1::Worker::Stub>> stubs_;
   ReplicaStartup startup_;
+  std::string formation_;
   // Steps run one at a time (the replica's step loop), so this needs no lock.
   StepDeadline step_deadline_;
 };

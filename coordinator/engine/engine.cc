@@ -97,6 +97,7 @@ void Engine::Loop() {
     }
     for (Message& m : batch) std::visit([this](auto& msg) { Handle(msg); }, m);
     ExpireDeadlines();
+    PlaceHeldSequences();
     for (auto& r : replicas_) {
       if (r == nullptr || !r->ready || r->in_flight) continue;
       if (r->scheduler->HasWork()) {
@@ -111,6 +112,7 @@ void Engine::Loop() {
   for (auto& r : replicas_) {
     if (r != nullptr && r->call.valid()) r->call.wait();
   }
+  for (auto& t : transfers_) t.wait();
   for (auto& [id, live] : live_) {
     live.request.stream->Push(
         RequestEvent::Failure(absl::UnavailableError("the coordinator is shutting down")));
@@ -122,11 +124,9 @@ void Engine::Loop() {
 void Engine::Handle(NewRequest& m) {
   std::vector<sched::Scheduler*> schedulers;
   std::vector<int> indices;
-  for (auto& r : replicas_) {
-    if (r != nullptr && r->ready) {
-      schedulers.push_back(r->scheduler.get());
-      indices.push_back(r->index);
-    }
+  for (Replica* r : EntryReplicas()) {
+    schedulers.push_back(r->scheduler.get());
+    indices.push_back(r->index);
   }
   Live live;
   live.request = std::move(m.request);
@@ -168,6 +168,7 @@ void Engine::Handle(NewRequest& m) {
     req.prompt_token_ids = live.request.prompt;
     req.options = live.request.options;
     req.options.sampling_handle = m.seq_id;
+    req.options.prefill_only = HandsOff(*replicas_[indices[i]]);
     refused = replicas_[indices[i]]->scheduler->AddRequest(std::move(req));
     if (refused.ok()) {
       replica = replicas_[indices[i]].get();
@@ -208,6 +209,8 @@ void Engine::Handle(ReplicaAdded& m) {
   if (static_cast<int>(replicas_.size()) <= index) replicas_.resize(index + 1);
   auto r = std::make_unique<Replica>();
   r->index = index;
+  r->role = RoleOf(index);
+  r->epoch = next_epoch_++;
   sched::SchedulerConfig config;
   config.num_blocks = m.num_blocks;
   config.block_size = options_.block_size;
@@ -235,10 +238,12 @@ void Engine::Handle(ReplicaAdded& m) {
   if (replicas_[index] != nullptr && replicas_[index]->call.valid()) replicas_[index]->call.wait();
   replicas_[index] = std::move(r);
   num_ready_.fetch_add(1);
-  std::fprintf(stderr, "tessera-coordinator: replica %d ready (tp=%d, %d KV blocks, %d in the host tier)\n", index,
+  std::fprintf(stderr, "tessera-coordinator: replica %d ready (role %s, tp=%d, %d KV blocks, %d in the host tier)\n",
+               index, std::string(ReplicaRoleName(replicas_[index]->role)).c_str(),
                replicas_[index]->group->world_size(), m.num_blocks, m.num_host_blocks);
   if (options_.metrics != nullptr) {
-    options_.metrics->ReplicaAdded(index, replicas_[index]->group->world_size());
+    options_.metrics->ReplicaAdded(index, replicas_[index]->group->world_size(),
+                                   ReplicaRoleName(replicas_[index]->role));
     StartWarmup(*replicas_[index]);
   }
 }
@@ -440,7 +445,8 @@ void Engine::ApplyEvents(Replica& r, const std::vector<sched::SeqEvent>& events,
                  : absl::OkStatus());
       continue;
     }
-    if (!out.token_ids.empty()) Deliver(r, ev.seq_id, std::move(out));
+    if (!out.token_ids.empty() && !Deliver(r, ev.seq_id, std::move(out))) continue;
+    if (ev.handed_off) held_.push_back({ev.seq_id, r.index, r.epoch});
   }
 }
 
@@ -532,7 +538,7 @@ void Engine::PublishSnapshot() {
     if (r == nullptr || r->scheduler == nullptr) continue;
     const sched::SchedulerStats s = r->scheduler->stats();
     snap.push_back({r->index, r->ready, s.num_usable_blocks, s.num_free_blocks, s.num_running,
-                    s.num_waiting, r->group->startup(), s.num_host_blocks, s.num_host_blocks_used});
+                    s.num_waiting, r->group->startup(), s.num_host_blocks, s.num_host_blocks_used, r->role});
     if (options_.metrics != nullptr && r->ready) options_.metrics->UpdateScheduler(r->index, s);
   }
   if (options_.metrics != nullptr) options_.metrics->LoopTick();

@@ -20,6 +20,7 @@
 #include "common/tokenizer/tokenizer.h"
 #include "coordinator/cluster/worker_group.h"
 #include "coordinator/engine/output_processor.h"
+#include "coordinator/engine/replica_role.h"
 #include "coordinator/engine/request_stream.h"
 #include "coordinator/scheduler/scheduler.h"
 
@@ -44,6 +45,8 @@ struct EngineOptions {
   // Speculative slots per decoding sequence and step (0: no speculation); the workers'
   // proposer fills them (--speculative).
   int num_speculative_tokens = 0;
+  // Disaggregated serving: each replica's role, by index (replicas past the list: both).
+  std::vector<ReplicaRole> replica_roles;
   // Request metrics, readiness and the request log; not owned; null: none. With metrics
   // the engine runs a one-token warm-up generation on every replica it adds.
   EngineMetrics* metrics = nullptr;
@@ -78,6 +81,7 @@ struct ReplicaSnapshot {
   ReplicaStartup startup;  // As its group formed.
   int host_total_blocks = 0;
   int host_used_blocks = 0;
+  ReplicaRole role = ReplicaRole::kBoth;
 };
 
 // The coordinator's serving loop. One owner thread holds every replica's scheduler and
@@ -116,7 +120,9 @@ class Engine {
  private:
   struct Replica {
     int index = 0;
-    std::unique_ptr<WorkerGroup> group;
+    ReplicaRole role = ReplicaRole::kBoth;
+    uint64_t epoch = 0;  // Which formation of the replica: a KV transfer outlives neither.
+    std::shared_ptr<WorkerGroup> group;  // Shared with the KV transfers in flight.
     std::unique_ptr<sched::Scheduler> scheduler;
     bool ready = false;
     bool in_flight = false;
@@ -166,8 +172,25 @@ class Engine {
     int replica;
     absl::Status reason;
   };
-  using Message =
-      std::variant<NewRequest, CancelRequest, StepDone, ProbeDone, ReplicaAdded, ReplicaFailed>;
+  // Disaggregated serving: a sequence whose prefill ended on `src`, held there until a
+  // decode replica takes it (engine_handoff.cc).
+  struct HeldSeq {
+    uint64_t seq_id;
+    int src;
+    uint64_t src_epoch;
+  };
+  // Its KV transfer, from the first block the decode replica did not already cache.
+  struct TransferDone {
+    uint64_t seq_id;
+    int src;
+    uint64_t src_epoch;
+    int dst;
+    uint64_t dst_epoch;
+    absl::StatusOr<uint64_t> bytes;
+    double seconds;
+  };
+  using Message = std::variant<NewRequest, CancelRequest, StepDone, ProbeDone, ReplicaAdded, ReplicaFailed,
+                               TransferDone>;
 
   void Post(Message m);
   void Loop();
@@ -177,6 +200,18 @@ class Engine {
   void Handle(ProbeDone& m);
   void Handle(ReplicaAdded& m);
   void Handle(ReplicaFailed& m);
+  void Handle(TransferDone& m);
+  ReplicaRole RoleOf(int replica) const;
+  // The replicas a new request may start on: with a prefill replica up, the prefill and
+  // both replicas; otherwise all of them.
+  std::vector<Replica*> EntryReplicas();
+  // Whether a request starting on `r` should hand off after its prefill: `r` is a prefill
+  // replica and a replica that decodes, of the same tp size, is up.
+  bool HandsOff(const Replica& r) const;
+  // Gives each held sequence to a decode replica with room and starts its transfer.
+  void PlaceHeldSequences();
+  // Places one; false when it must wait for room.
+  bool Place(const HeldSeq& held);
   void Dispatch(Replica& r);
   void MaybeProbe(Replica& r);
   void FailReplicaNow(Replica& r, const absl::Status& reason);
@@ -206,6 +241,9 @@ class Engine {
   std::vector<std::unique_ptr<Replica>> replicas_;
   std::unordered_map<uint64_t, Live> live_;
   std::multimap<std::chrono::steady_clock::time_point, uint64_t> deadlines_;  // -> seq id.
+  std::deque<HeldSeq> held_;                // Prefilled, waiting for a decode replica.
+  std::vector<std::future<void>> transfers_;  // KV transfers in flight (or just ended).
+  uint64_t next_epoch_ = 1;
   std::chrono::milliseconds heartbeat_{1000};
 
   mutable absl::Mutex snapshot_mu_;

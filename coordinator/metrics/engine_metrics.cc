@@ -93,6 +93,17 @@ EngineMetrics::EngineMetrics(EngineMetricsConfig config)
   host_loaded_ = Count(r, "tessera_kv_host_tier_loaded_blocks_total", "KV blocks loaded from the host tier.");
   host_blocks_ = Gauge(r, "tessera_kv_host_tier_blocks", "Host-tier KV blocks holding a cached block.");
   host_capacity_ = Gauge(r, "tessera_kv_host_tier_capacity_blocks", "Host-tier KV blocks in all (0: no host tier).");
+  handoffs_ = Gauge(r, "tessera_kv_handoffs",
+                    "Disaggregated serving: sequences held for a KV transfer out (state=held, prefill replica) "
+                    "and waiting for one to land (state=transferring, decode replica).");
+  role_ = Gauge(r, "tessera_replica_role", "A formed replica's role (value 1): both, prefill or decode.");
+  transfers_ = Count(r, "tessera_kv_transfers_total",
+                     "KV transfers from a prefill replica to a decode replica, by outcome (ok, failed).");
+  transfer_bytes_ = &Count(r, "tessera_kv_transfer_bytes_total", "Bytes of KV moved between replicas, all ranks.")
+                         ->Add({{"model", config_.model}});
+  transfer_seconds_ = &Hist(r, "tessera_kv_transfer_seconds",
+                            "Time from a prefill's end to its KV landing on the decode replica.")
+                           ->Add({{"model", config_.model}}, LatencyBuckets());
   workers_live_ = &Gauge(r, "tessera_workers_live", "Workers in formed, healthy groups.")->Add({{"model", config_.model}});
   groups_complete_ = &Gauge(r, "tessera_groups_complete", "Replicas whose group is formed and healthy.")
                           ->Add({{"model", config_.model}});
@@ -149,6 +160,11 @@ EngineMetrics::PerReplica& EngineMetrics::Replica(int replica) {
   p.host_loaded = &host_loaded_->Add(l);
   p.host_blocks = &host_blocks_->Add(l);
   p.host_capacity = &host_capacity_->Add(l);
+  prometheus::Labels held = l, transferring = l;
+  held["state"] = "held";
+  transferring["state"] = "transferring";
+  p.handoffs_held = &handoffs_->Add(held);
+  p.handoffs_transferring = &handoffs_->Add(transferring);
   return replicas_.emplace(replica, p).first->second;
 }
 
@@ -159,8 +175,11 @@ void EngineMetrics::UpdateGroupGauges() {
   groups_complete_->Set(static_cast<double>(live_groups_.size()));
 }
 
-void EngineMetrics::ReplicaAdded(int replica, int world_size) {
+void EngineMetrics::ReplicaAdded(int replica, int world_size, absl::string_view role) {
   PerReplica& p = Replica(replica);
+  if (p.role != nullptr) role_->Remove(p.role);
+  p.role = &role_->Add({{"model", config_.model}, {"replica", absl::StrCat(replica)}, {"role", std::string(role)}});
+  p.role->Set(1);
   p.seen_preemptions = p.seen_queried = p.seen_hits = 0;
   live_groups_[replica] = world_size;
   UpdateGroupGauges();
@@ -237,6 +256,15 @@ void EngineMetrics::UpdateScheduler(int replica, const sched::SchedulerStats& s)
   advance(p.host_loaded, s.host_tier_loaded_blocks, p.seen_host_loaded);
   p.host_blocks->Set(s.num_host_blocks_used);
   p.host_capacity->Set(s.num_host_blocks);
+  p.handoffs_held->Set(s.num_held);
+  p.handoffs_transferring->Set(s.num_transferring);
+}
+
+void EngineMetrics::KvTransferFinished(bool ok, uint64_t bytes, double seconds) {
+  transfers_->Add({{"model", config_.model}, {"outcome", ok ? "ok" : "failed"}}).Increment();
+  if (!ok) return;
+  transfer_bytes_->Increment(static_cast<double>(bytes));
+  transfer_seconds_->Observe(seconds);
 }
 
 void EngineMetrics::RequestRejected(absl::string_view reason, absl::string_view protocol) {

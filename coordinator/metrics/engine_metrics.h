@@ -56,7 +56,8 @@ class EngineMetrics {
   Readiness& readiness() { return readiness_; }
 
   // Engine thread only.
-  void ReplicaAdded(int replica, int world_size);
+  // `role`: "both", "prefill" or "decode" (disaggregated serving).
+  void ReplicaAdded(int replica, int world_size, absl::string_view role = "both");
   void ReplicaFailed(int replica, absl::string_view reason);
   void StepSucceeded(int replica, int num_scheduled_tokens);
   void TokenEmitted(int replica, double seconds_since_previous_token);
@@ -64,6 +65,8 @@ class EngineMetrics {
   void SpeculationObserved(int replica, int num_proposed, int num_accepted);
   void RequestFinished(const FinishedRequestRecord& r);
   void UpdateScheduler(int replica, const sched::SchedulerStats& stats);
+  // A KV transfer from a prefill replica to a decode replica ended; `bytes` over all ranks.
+  void KvTransferFinished(bool ok, uint64_t bytes, double seconds);
   void LoopTick() { readiness_.LoopTick(); }
 
   // Any thread: a request refused before it reached a scheduler ("invalid_argument",
@@ -107,6 +110,9 @@ class EngineMetrics {
     prometheus::Counter* host_loaded;
     prometheus::Gauge* host_blocks;
     prometheus::Gauge* host_capacity;
+    prometheus::Gauge* handoffs_held;
+    prometheus::Gauge* handoffs_transferring;
+    prometheus::Gauge* role = nullptr;
     // Scheduler counters seen last; a new scheduler (re-formed replica) starts at zero.
     int64_t seen_preemptions = 0;
     int64_t seen_queried = 0;
@@ -153,6 +159,11 @@ class EngineMetrics {
   prometheus::Family<prometheus::Counter>* host_loaded_;
   prometheus::Family<prometheus::Gauge>* host_blocks_;
   prometheus::Family<prometheus::Gauge>* host_capacity_;
+  prometheus::Family<prometheus::Gauge>* handoffs_;
+  prometheus::Family<prometheus::Gauge>* role_;
+  prometheus::Family<prometheus::Counter>* transfers_;
+  prometheus::Counter* transfer_bytes_;
+  prometheus::Histogram* transfer_seconds_;
   prometheus::Gauge* workers_live_;
   prometheus::Gauge* groups_complete_;
   prometheus::Gauge* pending_workers_;

@@ -64,7 +64,7 @@ Scheduler::Scheduler(SchedulerConfig config)
       kv_(config_.num_blocks, config_.block_size, config_.enable_prefix_caching,
           config_.block_hash_fn, config_.num_host_blocks) {}
 
-absl::Status Scheduler::AddRequest(Request request) {
+absl::Status Scheduler::Validate(const Request& request) const {
   const SeqId id = request.seq_id;
   const RequestOptions& options = request.options;
   const int num_prompt = static_cast<int>(request.prompt_token_ids.size());
@@ -103,6 +103,13 @@ absl::Status Scheduler::AddRequest(Request request) {
         " prompt + ", options.max_new_tokens, " new tokens); the replica has ",
         kv_.pool().num_usable_blocks()));
   }
+  return absl::OkStatus();
+}
+
+absl::Status Scheduler::AddRequest(Request request) {
+  if (absl::Status s = Validate(request); !s.ok()) return s;
+  const SeqId id = request.seq_id;
+  const int num_prompt = static_cast<int>(request.prompt_token_ids.size());
   if (config_.max_num_waiting > 0 && static_cast<int>(waiting_.size()) >= config_.max_num_waiting) {
     return absl::ResourceExhaustedError(absl::StrCat("the replica's queue is full: ", waiting_.size(),
                                                      " requests waiting, the limit is ", config_.max_num_waiting));
@@ -224,7 +231,7 @@ bool Scheduler::ScheduleRunning(int& budget, StepPlan& plan) {
 
 void Scheduler::ScheduleWaiting(int& budget) {
   while (!waiting_.empty() && budget > 0 &&
-         static_cast<int>(running_.size()) < config_.max_num_seqs) {
+         static_cast<int>(running_.size()) + num_transferring_ < config_.max_num_seqs) {
     Sequence* seq = waiting_.front();
     if (seq->preempted_at_step == step_id_) break;  // Not back in the step that evicted it.
     const ComputedBlocks hits = kv_.GetComputedBlocks(seq->token_ids);
@@ -381,6 +388,9 @@ absl::StatusOr<std::vector<SeqEvent>> Scheduler::Update(const StepResult& result
     if (stop.has_value()) {
       events.push_back(Release(seq, *stop));
       any_finished = true;
+    } else if (seq.options.prefill_only) {
+      events.push_back(Hold(seq));
+      any_finished = true;
     } else {
       events.push_back({seq.id, {}, std::nullopt, seq.num_output_tokens(), seq.num_cached_tokens});
     }
@@ -410,7 +420,13 @@ absl::Status Scheduler::Finish(SeqId seq_id, FinishReason reason) {
     return absl::NotFoundError(absl::StrCat("no live sequence ", seq_id));
   }
   Sequence* seq = it->second.get();
-  if (seq->status == SequenceStatus::kWaiting) {
+  if (seq->status == SequenceStatus::kTransferring) {
+    seq->finish_after_transfer = true;
+    return absl::OkStatus();
+  }
+  if (seq->status == SequenceStatus::kHeld) {
+    --num_held_;
+  } else if (seq->status == SequenceStatus::kWaiting) {
     waiting_.erase(std::find(waiting_.begin(), waiting_.end(), seq));
     num_queued_prompt_blocks_ -= kv_.NumBlocksFor(seq->num_tokens());
     num_queued_tokens_ -= seq->num_tokens();
@@ -429,6 +445,8 @@ bool Scheduler::HasWork() const {
 SchedulerStats Scheduler::stats() const {
   SchedulerStats s = counters_;
   s.num_running = static_cast<int>(running_.size());
+  s.num_held = num_held_;
+  s.num_transferring = num_transferring_;
   s.num_waiting = static_cast<int>(waiting_.size());
   s.num_free_blocks = kv_.num_free_blocks();
   s.num_usable_blocks = kv_.pool().num_usable_blocks();
@@ -522,11 +540,121 @@ SeqEvent Scheduler::Release(Sequence& seq, FinishReason reason) {
 }
 
 void Scheduler::EraseFinished() {
-  std::erase_if(running_, [](const Sequence* s) { return s->status == SequenceStatus::kFinished; });
+  std::erase_if(running_, [](const Sequence* s) { return s->status != SequenceStatus::kRunning; });
   std::erase_if(waiting_, [](const Sequence* s) { return s->status == SequenceStatus::kFinished; });
   absl::erase_if(seqs_, [](const auto& entry) {
     return entry.second->status == SequenceStatus::kFinished;
   });
+}
+
+SeqEvent Scheduler::Hold(Sequence& seq) {
+  // The workers drop the sequence; its KV stays in the blocks the coordinator keeps.
+  if (seq.known_to_workers) pending_finished_ids_.push_back(seq.id);
+  seq.known_to_workers = false;
+  seq.num_blocks_sent = 0;
+  seq.num_tokens_sent = 0;
+  seq.status = SequenceStatus::kHeld;
+  ++num_held_;
+  SeqEvent event{seq.id, {}, std::nullopt, seq.num_output_tokens(), std::max(seq.num_cached_tokens, 0)};
+  event.handed_off = true;
+  return event;
+}
+
+absl::Status Scheduler::ReleaseHeld(SeqId seq_id) {
+  auto it = seqs_.find(seq_id);
+  if (it == seqs_.end() || it->second->status != SequenceStatus::kHeld) {
+    return absl::FailedPreconditionError(absl::StrCat("sequence ", seq_id, " is not held for a KV transfer"));
+  }
+  kv_.Free(seq_id);
+  --num_held_;
+  seqs_.erase(it);
+  return absl::OkStatus();
+}
+
+absl::Status Scheduler::ResumeHeld(SeqId seq_id) {
+  auto it = seqs_.find(seq_id);
+  if (it == seqs_.end() || it->second->status != SequenceStatus::kHeld) {
+    return absl::FailedPreconditionError(absl::StrCat("sequence ", seq_id, " is not held for a KV transfer"));
+  }
+  Sequence& seq = *it->second;
+  --num_held_;
+  seq.options.prefill_only = false;
+  seq.status = SequenceStatus::kRunning;
+  InsertRunning(&seq);  // Goes to the workers as new, num_computed_tokens intact.
+  return absl::OkStatus();
+}
+
+absl::StatusOr<Handoff> Scheduler::AddHandoff(Request request, absl::Span<const int32_t> output) {
+  if (absl::Status s = Validate(request); !s.ok()) return s;
+  const SeqId id = request.seq_id;
+  if (output.empty()) {
+    return absl::InvalidArgumentError(absl::StrCat("handoff of sequence ", id, " without its first token"));
+  }
+  if (static_cast<int>(running_.size()) + num_transferring_ >= config_.max_num_seqs) {
+    return absl::ResourceExhaustedError(
+        absl::StrCat("all ", config_.max_num_seqs, " sequence seats (max_num_seqs) are taken"));
+  }
+  const int num_prompt = static_cast<int>(request.prompt_token_ids.size());
+  // Hits in this replica's device pool need no transfer. Host-tier hits would be loaded by
+  // a step, and the transfer lands outside steps, so they are not used.
+  ComputedBlocks hits = kv_.GetComputedBlocks(request.prompt_token_ids);
+  hits.host_slots.clear();
+  hits.num_tokens = static_cast<int>(hits.block_ids.size()) * config_.block_size;
+  if (!kv_.AllocateSlots(id, hits.num_tokens, num_prompt - hits.num_tokens, hits)) {
+    return absl::ResourceExhaustedError(absl::StrCat("not enough free KV blocks for the ", num_prompt,
+                                                     " prompt tokens of sequence ", id));
+  }
+  // Cached blocks this allocation evicted would be saved to the host tier at the start of
+  // the next step, while the transfer may already be overwriting them: they are dropped.
+  kv_.StepFailed(kv_.TakeHostTierCopies());
+  auto seq = std::make_unique<Sequence>();
+  seq->id = id;
+  seq->options = std::move(request.options);
+  seq->options.prefill_only = false;
+  seq->token_ids = std::move(request.prompt_token_ids);
+  seq->token_ids.insert(seq->token_ids.end(), output.begin(), output.end());
+  seq->num_prompt_tokens = num_prompt;
+  seq->num_computed_tokens = hits.num_tokens;
+  seq->num_cached_tokens = hits.num_tokens;
+  seq->arrival = next_arrival_++;
+  seq->status = SequenceStatus::kTransferring;
+  if (config_.enable_prefix_caching) {
+    counters_.prefix_cache_queried_tokens += num_prompt;
+    counters_.prefix_cache_hit_tokens += hits.num_tokens;
+  }
+  ++num_transferring_;
+  Handoff handoff;
+  handoff.first_block = static_cast<int>(hits.block_ids.size());
+  absl::Span<const BlockId> table = kv_.BlockTable(id);
+  handoff.block_ids.assign(table.begin() + handoff.first_block, table.end());
+  seqs_.emplace(id, std::move(seq));
+  return handoff;
+}
+
+absl::Status Scheduler::HandoffDone(SeqId seq_id, bool ok) {
+  auto it = seqs_.find(seq_id);
+  if (it == seqs_.end() || it->second->status != SequenceStatus::kTransferring) {
+    return absl::FailedPreconditionError(absl::StrCat("sequence ", seq_id, " is not waiting for a KV transfer"));
+  }
+  Sequence& seq = *it->second;
+  --num_transferring_;
+  if (seq.finish_after_transfer) {
+    kv_.Free(seq_id);
+    seqs_.erase(it);
+    return absl::OkStatus();
+  }
+  if (ok) {
+    // The KV is whole now, so its full blocks may serve other sequences' prefixes.
+    seq.num_computed_tokens = seq.num_prompt_tokens;
+    kv_.CacheFullBlocks(seq_id, seq.token_ids, seq.num_computed_tokens);
+    seq.status = SequenceStatus::kRunning;
+    InsertRunning(&seq);
+    return absl::OkStatus();
+  }
+  kv_.Free(seq_id);
+  seq.num_computed_tokens = 0;
+  PushWaiting(&seq, /*front=*/true);
+  return absl::OkStatus();
 }
 
 std::optional<FinishReason> Scheduler::CheckStop(const Sequence& seq) const {

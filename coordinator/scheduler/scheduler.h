@@ -64,6 +64,10 @@ struct SchedulerStats {
   int64_t host_tier_loaded_blocks = 0;
   int num_host_blocks_used = 0;
   int num_host_blocks = 0;
+  // Disaggregated serving: sequences held for a KV transfer out (prefill side) and
+  // waiting for one to land (decode side).
+  int num_held = 0;
+  int num_transferring = 0;
 };
 
 // The scheduler of one replica. Each step: Schedule() builds a plan, the workers run it,
@@ -90,6 +94,24 @@ class Scheduler {
   // blocks. NotFound for an unknown or finished sequence.
   absl::Status Finish(SeqId seq_id, FinishReason reason);
   absl::Status Abort(SeqId seq_id) { return Finish(seq_id, FinishReason::kCancelled); }
+
+  // Disaggregated prefill and decode (docs/scheduler.md, "Handoffs").
+  // Prefill side: a held sequence (RequestOptions::prefill_only, after its handed_off event)
+  // gives its blocks back once its KV has been sent, or failed to be...
+  absl::Status ReleaseHeld(SeqId seq_id);
+  // ...or decodes here after all (no decode replica could take it): its KV is still in
+  // its blocks, so nothing is recomputed.
+  absl::Status ResumeHeld(SeqId seq_id);
+  // Decode side: takes a sequence whose prompt was computed elsewhere and whose first
+  // `output` tokens were sampled there. Allocates blocks for the prompt's KV now (this
+  // replica's own prefix hits included) and returns where the transfer must write;
+  // RESOURCE_EXHAUSTED when seats or blocks are short. The sequence runs only after
+  // HandoffDone.
+  absl::StatusOr<Handoff> AddHandoff(Request request, absl::Span<const int32_t> output);
+  // The transfer into a handoff's blocks ended: with `ok` its prompt counts as computed
+  // and it decodes; otherwise it is queued to recompute everything here (as after a
+  // preemption), so the request still completes.
+  absl::Status HandoffDone(SeqId seq_id, bool ok);
 
   // Sequences to run, or finished ids the workers have not been told about yet.
   bool HasWork() const;
@@ -126,6 +148,11 @@ class Scheduler {
 
   explicit Scheduler(SchedulerConfig config);
 
+  // The checks AddRequest and AddHandoff share: the request itself, not the queue.
+  absl::Status Validate(const Request& request) const;
+  // The handed_off event of a prefill_only sequence that got its first token.
+  SeqEvent Hold(Sequence& seq);
+
   int ChunkSize(int num_uncomputed_tokens, int budget) const;
   // Speculative slots for a decoding sequence given what is left of the budget.
   int Lookahead(const Sequence& seq, int budget) const;
@@ -160,6 +187,8 @@ class Scheduler {
   int64_t step_id_ = 0;
   uint64_t next_arrival_ = 0;
   int num_queued_prompt_blocks_ = 0;
+  int num_held_ = 0;
+  int num_transferring_ = 0;  // Hold seats of max_num_seqs.
   int64_t num_queued_tokens_ = 0;  // Tokens of the waiting sequences.
   SchedulerStats counters_;
 };

@@ -27,6 +27,10 @@ struct RequestOptions {
   std::vector<int32_t> stop_token_ids;
   int priority = 0;              // Only used by SchedulingPolicy::kPriority.
   uint64_t sampling_handle = 0;  // Opaque; handed to workers with the sequence.
+  // Disaggregated serving, on a prefill replica: after its first token the sequence leaves
+  // the step loop without finishing and keeps its blocks for the KV transfer to a decode
+  // replica (Scheduler::ReleaseHeld, or ResumeHeld to decode here after all).
+  bool prefill_only = false;
 };
 
 struct Request {
@@ -35,7 +39,13 @@ struct Request {
   RequestOptions options;
 };
 
-enum class SequenceStatus { kWaiting, kRunning, kFinished };
+enum class SequenceStatus {
+  kWaiting,
+  kRunning,
+  kHeld,          // Prefill side of a handoff: done here, blocks kept for the transfer.
+  kTransferring,  // Decode side of a handoff: blocks allocated, the KV still arriving.
+  kFinished,
+};
 
 struct Sequence {
   SeqId id = 0;
@@ -54,6 +64,9 @@ struct Sequence {
   bool known_to_workers = false;
   int num_blocks_sent = 0;
   int num_tokens_sent = 0;
+  // Ended (cancelled) while its KV was arriving: the blocks go back once the transfer ends,
+  // since the sender may still be writing them.
+  bool finish_after_transfer = false;
 
   int num_tokens() const { return static_cast<int>(token_ids.size()); }
   int num_output_tokens() const { return num_tokens() - num_prompt_tokens; }

@@ -90,6 +90,15 @@ struct SeqEvent {
   std::optional<FinishReason> finish_reason;
   int num_output_tokens = 0;
   int num_cached_tokens = 0;  // Prompt tokens served by the prefix cache.
+  // A prefill_only sequence got its first token and is held for its KV transfer.
+  bool handed_off = false;
+};
+
+// Where a handed-off prompt's KV goes on the decode replica: blocks [first_block, ...) of
+// the prompt, into `block_ids` (the ones before are the decode replica's own prefix hits).
+struct Handoff {
+  int first_block = 0;
+  std::vector<BlockId> block_ids;
 };
 
 }  // namespace tessera::sched

@@ -107,6 +107,10 @@ class FakeExecutor {
 
   int num_held() const { return static_cast<int>(seqs_.size()); }
 
+  // A KV transfer between replicas: block `from` of this executor's cache into block `to`
+  // of `dest`'s.
+  void SendBlock(BlockId from, FakeExecutor& dest, BlockId to) const { CopyBlock(kv_, from, dest.kv_, to); }
+
  private:
   struct WorkerSeq {
     std::vector<int32_t> tokens;
@@ -118,7 +122,7 @@ class FakeExecutor {
     int32_t position;
   };
 
-  void CopyBlock(const std::vector<Cell>& from, int from_block, std::vector<Cell>& to, int to_block) {
+  void CopyBlock(const std::vector<Cell>& from, int from_block, std::vector<Cell>& to, int to_block) const {
     const size_t a = static_cast<size_t>(from_block) * block_size_;
     const size_t b = static_cast<size_t>(to_block) * block_size_;
     ASSERT_LE(a + block_size_, from.size()) << "copy from block/slot " << from_block;

@@ -3,8 +3,10 @@
 // restarts a pod). Every attempt must end with a status within its deadline, a client
 // that retries UNAVAILABLE loses no request, both replicas serve again within 10 s of
 // each restart (the figures also give the time from the kill), and every KV block is back
-// in the pool at the end. The figures go to $TESSERA_RESULTS_DIR/chaos_stories260k.json
-// (the test's scratch folder when unset).
+// in the pool at the end. Run twice: two `both` replicas, and a prefill and a decode
+// replica (--replica-roles), where kills also land in the middle of KV transfers. The
+// figures go to $TESSERA_RESULTS_DIR/chaos_stories260k.json and
+// chaos_disaggregated_stories260k.json (the test's scratch folder when unset).
 #include <unistd.h>
 
 #include <algorithm>
@@ -24,7 +26,9 @@
 #include "absl/strings/str_cat.h"
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
+#include "tests/e2e/http_get.h"
 #include "tests/e2e/load_clients.h"
+#include "tests/e2e/metrics_text.h"
 #include "tests/e2e/serving_util.h"
 
 namespace tessera::testing {
@@ -39,10 +43,21 @@ constexpr int kKills = 24;
 constexpr auto kChaosBudget = std::chrono::seconds(100);  // Keeps the test near 2 minutes.
 constexpr auto kRecoveryBound = std::chrono::seconds(10);
 
-TEST(ChaosTest, KillsAndRestartsUnderLoadLoseNothing) {
+struct ChaosParams {
+  const char* name;
+  const char* replica_roles;  // --replica-roles; empty: both replicas do everything.
+  const char* results_file;
+};
+
+class ChaosTest : public ::testing::TestWithParam<ChaosParams> {};
+
+TEST_P(ChaosTest, KillsAndRestartsUnderLoadLoseNothing) {
   TESSERA_REQUIRE_STORIES_MODEL();
+  const ChaosParams& params = GetParam();
+  const bool disaggregated = *params.replica_roles != '\0';
   ClusterOptions options;
   options.fixed_worker_ports = true;
+  if (disaggregated) options.coordinator_flags = {absl::StrCat("--replica-roles=", params.replica_roles)};
   auto cluster = StartStories(kTp, kReplicas, options);
   ASSERT_NE(cluster, nullptr);
   const std::string address = cluster->address();
@@ -92,6 +107,19 @@ TEST(ChaosTest, KillsAndRestartsUnderLoadLoseNothing) {
   stop = true;
   for (auto& t : clients) t.join();
 
+  // Disaggregated, requests after the chaos still move their KV (the counters start again
+  // with each coordinator).
+  double transfers_ok = 0;
+  if (disaggregated) {
+    for (int i = 0; i < 4; ++i) {
+      UnaryResult r = RunUnary(cluster->api(), GreedyText("Once upon a time", 12));
+      EXPECT_TRUE(r.status.ok()) << r.status.error_message();
+    }
+    const std::string metrics = HttpGet(cluster->metrics_port(), "/metrics").body;
+    transfers_ok = MetricSum(metrics, "tessera_kv_transfers_total", "outcome=\"ok\"");
+    EXPECT_GE(transfers_ok, 4) << metrics;
+  }
+
   // No leak: with nothing running, every replica's blocks are free again.
   absl::StatusOr<v1::ModelInfo> info;
   const bool drained = WaitDrained(*cluster, kReplicas, std::chrono::seconds(10), &info);
@@ -104,6 +132,7 @@ TEST(ChaosTest, KillsAndRestartsUnderLoadLoseNothing) {
   const std::time_t now = std::time(nullptr);
   std::strftime(date, sizeof(date), "%Y-%m-%dT%H:%M:%SZ", std::gmtime(&now));
   out["conditions"] = {{"model", "stories260K"}, {"tp", kTp}, {"replicas", kReplicas},
+                       {"replica_roles", disaggregated ? params.replica_roles : "both,both"},
                        {"clients", kClients}, {"max_new_tokens", load.max_new_tokens},
                        {"attempt_deadline_s", Seconds(load.attempt_deadline)}, {"kill_signal", "SIGKILL"},
                        {"restart", "same flags, same ports"}, {"date", date},
@@ -120,9 +149,10 @@ TEST(ChaosTest, KillsAndRestartsUnderLoadLoseNothing) {
   out["late_attempts"] = figures.late_attempts;
   out["worst_attempt_s"] = figures.worst_attempt_s;
   out["kv_blocks_free_at_end"] = drained;
+  if (disaggregated) out["kv_transfers_ok_after_chaos"] = transfers_ok;
   const char* dir = std::getenv("TESSERA_RESULTS_DIR");
   const std::filesystem::path path =
-      (dir != nullptr && *dir != '\0' ? std::filesystem::path(dir) : ScratchDir("chaos")) / "chaos_stories260k.json";
+      (dir != nullptr && *dir != '\0' ? std::filesystem::path(dir) : ScratchDir("chaos")) / params.results_file;
   std::ofstream(path) << out.dump(2) << "\n";
   std::printf("chaos figures in %s:\n%s\n", path.c_str(), out.dump(2).c_str());
 
@@ -131,6 +161,12 @@ TEST(ChaosTest, KillsAndRestartsUnderLoadLoseNothing) {
   EXPECT_EQ(figures.lost, 0) << out.dump(2) << "\n" << cluster->Logs();
   EXPECT_EQ(figures.late_attempts, 0) << "an attempt outlived its deadline";
 }
+
+INSTANTIATE_TEST_SUITE_P(Roles, ChaosTest,
+                         ::testing::Values(ChaosParams{"both", "", "chaos_stories260k.json"},
+                                           ChaosParams{"prefill_decode", "prefill,decode",
+                                                       "chaos_disaggregated_stories260k.json"}),
+                         [](const ::testing::TestParamInfo<ChaosParams>& info) { return std::string(info.param.name); });
 
 }  // namespace
 }  // namespace tessera::testing

@@ -12,11 +12,13 @@
 
 namespace tessera::testing {
 
-// Sum over every sample of `name` (all label sets: every replica), 0 when absent.
-inline double MetricSum(const std::string& metrics, const std::string& name) {
+// Sum over every sample of `name` (all label sets: every replica) whose labels contain
+// `label` (e.g. `outcome="ok"`; empty: all), 0 when absent.
+inline double MetricSum(const std::string& metrics, const std::string& name, const std::string& label = "") {
   double sum = 0;
   for (absl::string_view line : absl::StrSplit(metrics, '\n')) {
     if (!absl::StartsWith(line, name + "{") && !absl::StartsWith(line, name + " ")) continue;
+    if (!label.empty() && !absl::StrContains(line.substr(0, line.find('}')), label)) continue;
     double v = 0;
     if (absl::SimpleAtod(line.substr(line.rfind(' ') + 1), &v)) sum += v;
   }

@@ -432,6 +432,17 @@ class ChartShapeTest(unittest.TestCase):
         with self.assertRaises(helm_python.HelmValuesError):
             render({"coordinator": {"enforceEager": "yes"}})  # The schema wants a boolean.
 
+    def test_replica_roles_reach_the_coordinator(self):
+        args = component_template(objects({}), "coordinator")["spec"]["containers"][0]["args"]
+        self.assertFalse([a for a in args if a.startswith("--replica-roles")], "unset by default")
+        on = {"replicas": 3, "replicaRoles": ["prefill", "decode", "decode"]}
+        args = component_template(objects(on), "coordinator")["spec"]["containers"][0]["args"]
+        self.assertIn("--replica-roles=prefill,decode,decode", args)
+        with self.assertRaises(helm_python.HelmValuesError):
+            render({"replicaRoles": ["encode"]})  # The schema knows the roles.
+        with self.assertRaises(Exception):
+            render({"replicas": 1, "replicaRoles": ["prefill", "decode"]})  # More roles than groups.
+
     def test_gpu_memory_utilization_value_reaches_the_coordinator(self):
         args = component_template(objects({}), "coordinator")["spec"]["containers"][0]["args"]
         self.assertFalse([a for a in args if a.startswith("--gpu-memory-utilization")], "unset by default")

@@ -135,6 +135,10 @@ int ServeMain(int argc, char** argv) {
   double kv_host_cache_gb = 0;
   flags.Float("kv-host-cache-gb", &kv_host_cache_gb,
               "Host memory per worker, in GiB, for a second KV tier that keeps evicted prefix-cache blocks (0: none).");
+  std::string replica_roles;
+  flags.String("replica-roles", &replica_roles,
+               "Each replica's role, comma-separated: prefill, decode or both (e.g. prefill,decode for disaggregated "
+               "prefill and decode; empty: all both).");
   flags.Int("max-num-seqs", &max_num_seqs, "Running sequences per replica at most.");
   flags.Int("max-num-batched-tokens", &max_num_batched_tokens, "Token budget of one step.");
   flags.Int("block-size", &block_size, "Tokens per KV-cache block.");
@@ -282,7 +286,8 @@ int ServeMain(int argc, char** argv) {
                             "--port", absl::StrCat(port), "--cluster-port", absl::StrCat(cluster_port),
                             "--store-port", absl::StrCat(store_port), "--tp", absl::StrCat(tp), "--replicas", absl::StrCat(replicas),
                             "--kv-memory-mb", absl::StrCat(kv_memory_mb),
-                            "--kv-host-cache-gb", absl::StrCat(kv_host_cache_gb), "--max-num-seqs",
+                            "--kv-host-cache-gb", absl::StrCat(kv_host_cache_gb),
+                            absl::StrCat("--replica-roles=", replica_roles), "--max-num-seqs",
                             absl::StrCat(max_num_seqs), "--block-size", absl::StrCat(block_size),
                             "--max-num-batched-tokens", absl::StrCat(max_num_batched_tokens),
                             "--policy", policy, "--communicator", placement->communicator,

@@ -139,12 +139,19 @@ int main(int argc, char** argv) {
                    std::string(server.status().message()).c_str());
     }
   }
-  tessera::WorkerServiceImpl service(
-      backend.get(), {advertise_host, metrics.get(), tessera::tls::StoreSecurity(cluster_security, join_secret)});
+  tessera::WorkerServiceOptions service_options;
+  service_options.advertise_host = advertise_host;
+  service_options.metrics = metrics.get();
+  service_options.store_security = tessera::tls::StoreSecurity(cluster_security, join_secret);
+  // KV transfers between replicas reach the other workers as the coordinator does.
+  service_options.peer_credentials = tessera::tls::ClusterChannelCredentials(cluster_security);
+  service_options.peer_server_name = cluster_security.insecure ? "" : cluster_security.server_name;
+  tessera::WorkerServiceImpl service(backend.get(), std::move(service_options));
   grpc::EnableDefaultHealthCheckService(true);
   grpc::ServerBuilder builder;
   int port = 0;
-  // Only the coordinator calls this port (with its cluster certificate under mutual TLS).
+  // Only the coordinator and the other workers call this port (with their cluster
+  // certificates under mutual TLS).
   builder.AddListeningPort(listen, tessera::tls::ClusterServerCredentials(cluster_security), &port);
   builder.SetMaxReceiveMessageSize(256 << 20);
   builder.SetMaxSendMessageSize(256 << 20);

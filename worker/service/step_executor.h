@@ -47,6 +47,7 @@ class StepExecutor {
     structured::GrammarMatcher::StateId state = 0;
   };
   const KvCache& cache() const { return *cache_; }
+  KvCache& mutable_cache() { return *cache_; }  // For KV transfers beside the steps.
 
  private:
   struct SeqState {

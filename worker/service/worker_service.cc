@@ -156,7 +156,9 @@ absl::StatusOr<std::unique_ptr<Communicator>> MakeCommunicator(const v1::Configu
 }  // namespace
 
 WorkerServiceImpl::WorkerServiceImpl(kernels::Backend* backend, WorkerServiceOptions options)
-    : backend_(backend), options_(std::move(options)) {}
+    : backend_(backend),
+      options_(std::move(options)),
+      transfer_(backend, options_.peer_credentials, options_.peer_server_name) {}
 
 grpc::Status WorkerServiceImpl::Configure(grpc::ServerContext*, const v1::ConfigureRequest* request,
                                           v1::ConfigureResponse*) {
@@ -165,7 +167,9 @@ grpc::Status WorkerServiceImpl::Configure(grpc::ServerContext*, const v1::Config
   if (absl::Status s = BindBackendToThread(*backend_); !s.ok()) return ToGrpcStatus(s);
   // A new group formation replaces everything from the previous one.
   in_group_ = false;
+  transfer_.Detach();
   executor_.reset();
+  group_ = request->rendezvous_prefix();
   model_.reset();
   draft_model_.reset();
   {
@@ -350,6 +354,7 @@ grpc::Status WorkerServiceImpl::InitCache(grpc::ServerContext*, const v1::InitCa
   if (model_ == nullptr) {
     return grpc::Status(grpc::StatusCode::FAILED_PRECONDITION, "InitCache before LoadShard");
   }
+  transfer_.Detach();
   executor_.reset();
   auto cache = model_->CreateKvCache(static_cast<int>(request->num_blocks()),
                                      static_cast<int>(request->block_size()));
@@ -403,6 +408,7 @@ grpc::Status WorkerServiceImpl::InitCache(grpc::ServerContext*, const v1::InitCa
   executor_ = std::make_unique<StepExecutor>(model_.get(), std::move(*cache), std::move(proposer),
                                              vocabulary_);
   executor_->set_host_tier(std::move(host_tier));
+  transfer_.Attach(&executor_->mutable_cache(), group_);
   in_group_ = true;
   return grpc::Status::OK;
 }
@@ -442,6 +448,22 @@ grpc::Status WorkerServiceImpl::ExecuteStep(grpc::ServerContext*, const v1::Step
   return ToGrpcStatus(s);
 }
 
+grpc::Status WorkerServiceImpl::PushKvBlocks(grpc::ServerContext*, const v1::PushKvBlocksRequest* request,
+                                             v1::PushKvBlocksResponse* response) {
+  auto pushed = transfer_.Push(*request);
+  if (!pushed.ok()) return ToGrpcStatus(pushed.status());
+  *response = std::move(*pushed);
+  return grpc::Status::OK;
+}
+
+grpc::Status WorkerServiceImpl::WriteKvBlocks(grpc::ServerContext*, grpc::ServerReader<v1::KvBlocksChunk>* reader,
+                                              v1::WriteKvBlocksResponse* response) {
+  auto written = transfer_.Receive(reader);
+  if (!written.ok()) return ToGrpcStatus(written.status());
+  response->set_num_blocks(static_cast<uint32_t>(*written));
+  return grpc::Status::OK;
+}
+
 void WorkerServiceImpl::ExportForwardCounts() {
   const ForwardCounts& now = model_->forward_counts();
   ForwardCounts& last = last_forward_counts_;
@@ -469,6 +491,7 @@ void WorkerServiceImpl::Leave(const std::string& reason) {
   // Weights are reloaded when the group re-forms: the coordinator may place this worker
   // at another rank or replica, and loading is a small part of recovery (see
   // docs/architecture.md, "Group formation").
+  transfer_.Detach();
   executor_.reset();
   model_.reset();
   draft_model_.reset();

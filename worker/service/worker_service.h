@@ -15,6 +15,7 @@
 #include "worker/llama_model.h"
 #include "worker/metrics/timed_communicator.h"
 #include "worker/metrics/worker_metrics.h"
+#include "worker/service/kv_transfer.h"
 #include "worker/service/step_executor.h"
 
 namespace tessera {
@@ -24,6 +25,10 @@ struct WorkerServiceOptions {
   WorkerMetrics* metrics = nullptr;  // Not owned; null: no metrics, no collective timing.
   // How ranks authenticate to the coordinator's rendezvous store (Gloo, shm, NCCL id).
   KvStoreSecurity store_security;
+  // How this worker reaches other workers for KV transfers (null: plaintext), and the name
+  // their certificates carry (empty: the host).
+  std::shared_ptr<grpc::ChannelCredentials> peer_credentials;
+  std::string peer_server_name;
 };
 
 // The Worker gRPC service: joins a group, loads its shard, sizes and allocates its KV
@@ -40,6 +45,11 @@ class WorkerServiceImpl final : public v1::Worker::Service {
                          v1::InitCacheResponse* response) override;
   grpc::Status ExecuteStep(grpc::ServerContext* context, const v1::StepRequest* request,
                            v1::StepResponse* response) override;
+  // KV transfers between replicas (KvTransfer); neither waits for a step.
+  grpc::Status PushKvBlocks(grpc::ServerContext* context, const v1::PushKvBlocksRequest* request,
+                            v1::PushKvBlocksResponse* response) override;
+  grpc::Status WriteKvBlocks(grpc::ServerContext* context, grpc::ServerReader<v1::KvBlocksChunk>* reader,
+                             v1::WriteKvBlocksResponse* response) override;
 
   // Drops the group (communicator, model, KV cache) because its coordinator or a peer is
   // gone; the worker then registers again and is configured from scratch. Waits for a
@@ -75,6 +85,9 @@ class WorkerServiceImpl final : public v1::Worker::Service {
   // The model's forward-pass counts when last exported to the metrics.
   ForwardCounts last_forward_counts_ ABSL_GUARDED_BY(mu_);
   std::unique_ptr<StepExecutor> executor_ ABSL_GUARDED_BY(mu_);
+  std::string group_ ABSL_GUARDED_BY(mu_);  // ConfigureRequest.rendezvous_prefix.
+  // Reads and writes executor_'s cache beside the steps; detached before it goes.
+  KvTransfer transfer_;
   std::atomic<bool> in_group_{false};
   // comm_ for Leave() to abort while a step holds mu_ (changed under both mutexes).
   absl::Mutex abort_mu_ ABSL_ACQUIRED_AFTER(mu_);

@@ -115,6 +115,11 @@ def run(config, roles, args, bin_dir, model):
         client = TesseraClient(cluster.address, timeout=3600)
         print(f"[{config}] loading the model into two workers ...", flush=True)
         client.wait_ready(timeout=900)
+        deadline = time.time() + 900
+        while sum(r.healthy for r in client.model_info().replica_info) < 2:  # SERVING means one.
+            if time.time() > deadline:
+                raise TimeoutError("two replicas did not become ready")
+            time.sleep(0.5)
         lock = threading.Lock()
         stop = threading.Event()
         window = {"start": None, "end": None}
@@ -162,7 +167,8 @@ def run(config, roles, args, bin_dir, model):
                 with lock:
                     errors.append(f"long prompt {k}: {e}")
             with lock:
-                long_results.append({"ttft_s": (first - sent) if first else None, "tokens": tokens, "times": times})
+                long_results.append({"ttft_s": (first - sent) if first else None, "tokens": tokens, "times": times,
+                                     "sent": sent})
 
         threads = [threading.Thread(target=stream, args=(i,), daemon=True) for i in range(args.streams)]
         for t in threads:
@@ -189,21 +195,29 @@ def run(config, roles, args, bin_dir, model):
         client.close()
 
     start, end = window["start"], window["end"]
-    gaps, stream_tokens = [], 0
-    for s in stamps:
+    gaps, stream_tokens, worst = [], 0, []
+    for i, s in enumerate(stamps):
         prev = None
         for when, n in s:
             if start <= when <= end:
                 stream_tokens += n
                 if prev is not None and prev >= start:
                     gaps.append((when - prev) / n)
+                    worst.append((when - prev, i, prev - start))
             prev = when
+    worst.sort(reverse=True)
     long_tokens = sum(n for r in long_results for when, n in r["times"] if start <= when <= end)
     ttfts = [r["ttft_s"] for r in long_results if r["ttft_s"] is not None]
     transfers = metric_sum(metrics_after, "tessera_kv_transfers_total", 'outcome="ok"') - \
         metric_sum(metrics_before, "tessera_kv_transfers_total", 'outcome="ok"')
     transfer_bytes = metric_sum(metrics_after, "tessera_kv_transfer_bytes_total") - \
         metric_sum(metrics_before, "tessera_kv_transfer_bytes_total")
+    for r in long_results:
+        del r["times"]
+    transfer_count = metric_sum(metrics_after, "tessera_kv_transfer_seconds_count") - \
+        metric_sum(metrics_before, "tessera_kv_transfer_seconds_count")
+    transfer_sum = metric_sum(metrics_after, "tessera_kv_transfer_seconds_sum") - \
+        metric_sum(metrics_before, "tessera_kv_transfer_seconds_sum")
     result = {
         "config": config, "replica_roles": roles or "both,both",
         "window_s": end - start, "long_prompts_sent": len(long_results),
@@ -212,8 +226,11 @@ def run(config, roles, args, bin_dir, model):
         "output_tokens": stream_tokens + long_tokens, "output_tok_s": (stream_tokens + long_tokens) / (end - start),
         "stream_tok_s": stream_tokens / (end - start),
         "long_prompt_ttft_s": {"p50": percentile(ttfts, 50), "max": max(ttfts) if ttfts else None,
-                               "answered_in_window": len(ttfts)},
+                               "answered": len(ttfts)},
+        "worst_gaps": [{"gap_s": g, "stream": i, "at_s": a} for g, i, a in worst[:5]],
+        "long_prompt_sent_at_s": [r["sent"] - start for r in long_results],
         "kv_transfers_in_window": transfers, "kv_transfer_bytes_in_window": transfer_bytes,
+        "kv_transfer_mean_s": transfer_sum / transfer_count if transfer_count else None,
         "errors": errors,
     }
     print(json.dumps(result, indent=2), flush=True)
@@ -232,8 +249,10 @@ def main():
     parser.add_argument("--window", type=float, default=64.0)
     parser.add_argument("--kv-memory-mb", type=int, default=2048)
     parser.add_argument("--reps", type=int, default=2)
+    parser.add_argument("--only", choices=["both", "disaggregated"], help="Run one configuration (no summary).")
     parser.add_argument("--out", required=True)
     args = parser.parse_args()
+    args.configs = [c for c in (("both", ""), ("disaggregated", "prefill,decode")) if args.only in (None, c[0])]
 
     bin_dir = pathlib.Path(args.build_dir) / "bin"
     model = pathlib.Path(args.model)
@@ -243,9 +262,13 @@ def main():
                         "--out", str(model)], check=True)
     runs = []
     for rep in range(args.reps):
-        for config, roles in (("both", ""), ("disaggregated", "prefill,decode")):
+        for config, roles in args.configs:
             print(f"disagg_itl: rep {rep + 1}/{args.reps}, {config}", flush=True)
             runs.append(run(config, roles, args, bin_dir, model))
+
+    if args.only:
+        pathlib.Path(args.out).write_text(json.dumps({"runs": runs}, indent=2) + "\n")
+        return 0
 
     def summary(config):
         rs = [r for r in runs if r["config"] == config]

@@ -102,7 +102,7 @@ EngineMetrics::EngineMetrics(EngineMetricsConfig config)
   transfer_bytes_ = &Count(r, "tessera_kv_transfer_bytes_total", "Bytes of KV moved between replicas, all ranks.")
                          ->Add({{"model", config_.model}});
   transfer_seconds_ = &Hist(r, "tessera_kv_transfer_seconds",
-                            "Time from a prefill's end to its KV landing on the decode replica.")
+                            "Time a KV transfer takes, from its start on the prefill ranks to its last block landing on the decode ranks.")
                            ->Add({{"model", config_.model}}, LatencyBuckets());
   workers_live_ = &Gauge(r, "tessera_workers_live", "Workers in formed, healthy groups.")->Add({{"model", config_.model}});
   groups_complete_ = &Gauge(r, "tessera_groups_complete", "Replicas whose group is formed and healthy.")

@@ -149,8 +149,14 @@ TEST_P(TransferFailureTest, WorkerKilledMidTransferLeaksNoBlock) {
     ASSERT_TRUE(res.status.ok()) << res.status.error_message();
     EXPECT_EQ(res.response.replica(), 1u);
     EXPECT_TRUE(WaitMetric(*cluster, "tessera_kv_transfers_total", "outcome=\"failed\"", 1));
-    // And serves new requests whole, as the only replica left.
+    // And serves new requests whole, as the only replica left, once the coordinator has
+    // noticed the death (until then a request may still land on the dead replica and get
+    // UNAVAILABLE, which clients retry).
     UnaryResult alone = RunUnary(cluster->api(), request);
+    for (int i = 0; i < 50 && alone.status.error_code() == grpc::StatusCode::UNAVAILABLE; ++i) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(200));
+      alone = RunUnary(cluster->api(), request);
+    }
     ASSERT_TRUE(alone.status.ok()) << alone.status.error_message();
     EXPECT_EQ(alone.ids(), reference.ids());
     EXPECT_EQ(alone.response.replica(), 1u);

@@ -118,15 +118,18 @@ absl::StatusOr<int> KvTransfer::Receive(grpc::ServerReaderInterface<v1::KvBlocks
   v1::KvBlocksChunk chunk;
   int num_blocks = 0;
   bool first = true;
+  std::string group;
   while (reader->Read(&chunk)) {
     absl::ReaderMutexLock lock(&cache_mu_);
     if (cache_ == nullptr) return absl::FailedPreconditionError("this worker holds no KV cache (no formed group)");
+    if (first) group = chunk.group();
+    // Checked on every chunk: the worker may have joined another group mid-stream.
+    if (group != group_) {
+      return absl::FailedPreconditionError(
+          absl::StrCat("KV blocks for group '", group, "'; this worker is in group '", group_, "'"));
+    }
     const size_t bytes_per_block = codec_->bytes_per_block();
     if (first) {
-      if (chunk.group() != group_) {
-        return absl::FailedPreconditionError(absl::StrCat("KV blocks for group '", chunk.group(),
-                                                          "'; this worker is in group '", group_, "'"));
-      }
       if (chunk.bytes_per_block() != bytes_per_block) {
         return absl::InvalidArgumentError(absl::StrCat(
             "KV layout mismatch: the sender's blocks are ", chunk.bytes_per_block(), " bytes, this rank's ",

@@ -25,7 +25,6 @@ import argparse
 import json
 import os
 import pathlib
-import platform
 import random
 import statistics
 import subprocess
@@ -37,16 +36,8 @@ import urllib.request
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[2] / "clients" / "python"))
-from local_cluster import free_port  # noqa: E402
+from local_cluster import cpu_model, ensure_llama1b, free_port, metric_sum  # noqa: E402
 from tessera_client import TesseraClient  # noqa: E402
-
-
-def cpu_model():
-    with open("/proc/cpuinfo") as f:
-        for line in f:
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    return platform.processor()
 
 
 def percentile(values, p):
@@ -56,14 +47,6 @@ def percentile(values, p):
     k = (len(v) - 1) * p / 100.0
     lo, hi = int(k), min(int(k) + 1, len(v) - 1)
     return v[lo] + (v[hi] - v[lo]) * (k - lo)
-
-
-def metric_sum(text, name, label=""):
-    total = 0.0
-    for line in text.splitlines():
-        if line.startswith(name) and line[len(name):len(name) + 1] in ("{", " ") and label in line.split("}")[0]:
-            total += float(line.rsplit(" ", 1)[1])
-    return total
 
 
 class Cluster:
@@ -256,10 +239,7 @@ def main():
 
     bin_dir = pathlib.Path(args.build_dir) / "bin"
     model = pathlib.Path(args.model)
-    if not any(model.glob("*.safetensors")):
-        print(f"disagg_itl: generating llama-1b (bf16) into {model}", flush=True)
-        subprocess.run([str(bin_dir / "tessera"), "gen-checkpoint", "--preset", "llama-1b", "--dtype", "bf16",
-                        "--out", str(model)], check=True)
+    ensure_llama1b(bin_dir, model, "disagg_itl")
     runs = []
     for rep in range(args.reps):
         for config, roles in args.configs:

@@ -21,7 +21,6 @@ import argparse
 import json
 import os
 import pathlib
-import platform
 import random
 import statistics
 import subprocess
@@ -30,24 +29,8 @@ import time
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[2] / "clients" / "python"))
-from local_cluster import LocalCluster  # noqa: E402
+from local_cluster import LocalCluster, cpu_model, ensure_llama1b, metric_sum  # noqa: E402
 from tessera_client import TesseraClient  # noqa: E402
-
-
-def metric_sum(text, name):
-    total = 0.0
-    for line in text.splitlines():
-        if line.startswith(name) and line[len(name):len(name) + 1] in ("{", " "):
-            total += float(line.rsplit(" ", 1)[1])
-    return total
-
-
-def cpu_model():
-    with open("/proc/cpuinfo") as f:
-        for line in f:
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    return platform.processor()
 
 
 def main():
@@ -63,10 +46,7 @@ def main():
 
     bin_dir = pathlib.Path(args.build_dir) / "bin"
     model = pathlib.Path(args.model)
-    if not (model / "model.safetensors").exists() and not any(model.glob("*.safetensors")):
-        print(f"host_tier_ttft: generating llama-1b (bf16) into {model}", flush=True)
-        subprocess.run([str(bin_dir / "tessera"), "gen-checkpoint", "--preset", "llama-1b", "--dtype", "bf16",
-                        "--out", str(model)], check=True)
+    ensure_llama1b(bin_dir, model, "host_tier_ttft")
 
     flags = ["--kv-memory-mb", str(args.kv_memory_mb), "--kv-host-cache-gb", str(args.host_cache_gb),
              "--max-num-seqs", "4", "--max-num-batched-tokens", str(args.prompt_len + 64),

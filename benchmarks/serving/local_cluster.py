@@ -1,10 +1,12 @@
-"""A coordinator and one tp-1 worker on 127.0.0.1, for the benchmark scripts beside this file.
+"""A coordinator and one tp-1 worker on 127.0.0.1, for the benchmark scripts beside this file,
+and what those scripts share (the machine, /metrics sums, the generated 1B checkpoint).
 
     with LocalCluster(build_dir, model, ["--max-num-seqs", "32"], "tessera-overload-") as c:
         c.address, c.metrics_port, c.coordinator.pid, c.work (logs)
 """
 import os
 import pathlib
+import platform
 import socket
 import subprocess
 import sys
@@ -17,6 +19,32 @@ def free_port():
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
+
+
+def cpu_model():
+    with open("/proc/cpuinfo") as f:
+        for line in f:
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    return platform.processor()
+
+
+def metric_sum(text, name, label=""):
+    """Sum of the samples of `name` in a Prometheus text page whose labels contain `label`."""
+    total = 0.0
+    for line in text.splitlines():
+        if line.startswith(name) and line[len(name):len(name) + 1] in ("{", " ") and label in line.split("}")[0]:
+            total += float(line.rsplit(" ", 1)[1])
+    return total
+
+
+def ensure_llama1b(bin_dir, model, program):
+    """Generates the random-weight llama-1b BF16 checkpoint into `model` when it has none."""
+    if any(pathlib.Path(model).glob("*.safetensors")):
+        return
+    print(f"{program}: generating llama-1b (bf16) into {model}", flush=True)
+    subprocess.run([str(pathlib.Path(bin_dir) / "tessera"), "gen-checkpoint", "--preset", "llama-1b", "--dtype", "bf16",
+                    "--out", str(model)], check=True)
 
 
 def missing_model_exit_code(model, program):

@@ -5,7 +5,6 @@
 // TESSERA_KV_PUSH_DELAY_MS) costs no block on either side and loses no request it need not.
 #include <chrono>
 #include <future>
-#include <random>
 #include <string>
 #include <thread>
 #include <vector>
@@ -20,13 +19,6 @@ namespace tessera::testing {
 namespace {
 
 constexpr int kBlockBytes = 20480;  // stories260K, F32: 5 layers x K,V x 4 heads x 16 x 16 tokens x 4 B.
-
-std::vector<int32_t> RandomIds(int n, uint32_t seed) {
-  std::mt19937 rng(seed);
-  std::vector<int32_t> ids = {1};
-  for (int i = 1; i < n; ++i) ids.push_back(static_cast<int32_t>(259 + rng() % 253));
-  return ids;
-}
 
 double Metric(const Cluster& cluster, const std::string& name, const std::string& label = "") {
   return MetricSum(HttpGet(cluster.metrics_port(), "/metrics").body, name, label);

@@ -3,7 +3,6 @@
 #include <algorithm>
 #include <future>
 #include <map>
-#include <random>
 #include <set>
 #include <string>
 #include <thread>
@@ -16,13 +15,6 @@
 
 namespace tessera::testing {
 namespace {
-
-std::vector<int32_t> RandomIds(int n, uint32_t seed) {
-  std::mt19937 rng(seed);
-  std::vector<int32_t> ids = {1};
-  for (int i = 1; i < n; ++i) ids.push_back(static_cast<int32_t>(259 + rng() % 253));
-  return ids;
-}
 
 // With a KV cache far too small for the offered load, sequences are preempted and
 // recomputed; every request must still return exactly what it returns alone.

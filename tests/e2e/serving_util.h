@@ -5,6 +5,7 @@
 
 #include <chrono>
 #include <memory>
+#include <random>
 #include <string>
 #include <thread>
 #include <vector>
@@ -34,6 +35,14 @@ bool WaitFor(Pred pred, std::chrono::milliseconds limit) {
     std::this_thread::sleep_for(std::chrono::milliseconds(20));
   }
   return pred();
+}
+
+// A prompt of `n` ids: BOS, then ids drawn from stories260K's ordinary tokens by `seed`.
+inline std::vector<int32_t> RandomIds(int n, uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::vector<int32_t> ids = {1};
+  for (int i = 1; i < n; ++i) ids.push_back(static_cast<int32_t>(259 + rng() % 253));
+  return ids;
 }
 
 inline std::unique_ptr<Cluster> StartStories(int tp, int replicas = 1, ClusterOptions options = {}) {

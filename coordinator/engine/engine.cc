@@ -446,7 +446,7 @@ void Engine::ApplyEvents(Replica& r, const std::vector<sched::SeqEvent>& events,
       continue;
     }
     if (!out.token_ids.empty() && !Deliver(r, ev.seq_id, std::move(out))) continue;
-    if (ev.handed_off) held_.push_back({ev.seq_id, r.index, r.epoch});
+    if (ev.handed_off) held_.push_back({static_cast<uint64_t>(ev.seq_id), r.index, r.epoch});
   }
 }
 
